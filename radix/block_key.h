@@ -1,0 +1,155 @@
+// File: radix/block_key.h
+//
+// Block-key contract v1 (normative; docs/ARCHITECTURE.md and DESIGN.md §3).
+//
+// A prompt is cut into blocks of `page_size` tokens; only full blocks are
+// keyed. Each block's key is a 128-bit XXH3 hash chained from its parent's key,
+// so one key names the whole prefix up to and including its block:
+//
+//   root   = H(ns_bytes)
+//   key[0] = H(root     || u32(n) || u32(t) * n || extras_0)
+//   key[i] = H(key[i-1] || u32(n) || u32(t) * n || extras_i)
+//
+// where H is XXH3_128bits_withSeed(bytes, 0) written in canonical form (16
+// bytes, big-endian high64 then low64), u32 is 4 little-endian bytes,
+// str(s) = u32(len) || bytes, and extras_i = u32(count) || (str(tag) ||
+// str(value)) * count (v1 workers send none: u32(0)).
+//
+// Workers in any language must compute identical keys; tests/data/
+// block_key_vectors.json pins the function down.
+//
+// Thread safety: everything here is a pure function or a value type; a
+// BlockHasher is not shared between threads without external locking.
+#ifndef RADIXKV_RADIX_BLOCK_KEY_H_
+#define RADIXKV_RADIX_BLOCK_KEY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace radixkv {
+
+// The contract version this file implements; a session that asks for another
+// version is refused.
+inline constexpr uint32_t kBlockKeyVersion = 1;
+
+// A 128-bit block key. `hi` and `lo` are XXH128_hash_t's high64 and low64;
+// the canonical byte form is hi big-endian then lo big-endian.
+struct BlockKey {
+  uint64_t hi = 0;
+  uint64_t lo = 0;
+
+  static constexpr size_t kBytes = 16;
+
+  // Parses the 16-byte canonical form. REQUIRES: bytes.size() == kBytes.
+  static BlockKey FromCanonical(absl::string_view bytes);
+  // Parses 32 hex digits (either case); false on any other input.
+  static bool FromHex(absl::string_view hex, BlockKey* out);
+
+  // 16 bytes, canonical (big-endian) order.
+  std::string ToCanonical() const;
+  void ToCanonical(char out[kBytes]) const;
+  // 32 lowercase hex digits of the canonical form.
+  std::string ToHex() const;
+
+  friend bool operator==(const BlockKey& a, const BlockKey& b) {
+    return a.hi == b.hi && a.lo == b.lo;
+  }
+  friend bool operator!=(const BlockKey& a, const BlockKey& b) {
+    return !(a == b);
+  }
+  // Keys are already uniform hashes; combining the halves is enough.
+  template <typename H>
+  friend H AbslHashValue(H h, const BlockKey& k) {
+    return H::combine(std::move(h), k.hi ^ k.lo);
+  }
+};
+
+// The enum values of radixkv.v1.DType; they enter the namespace hash, so they
+// never change.
+enum class DType : uint32_t {
+  kUnspecified = 0,
+  kFloat32 = 1,
+  kFloat16 = 2,
+  kBFloat16 = 3,
+  kFloat8E4M3 = 4,
+  kFloat8E5M2 = 5,
+  kInt8 = 6,
+};
+
+// Bytes per element of `d`; 0 for kUnspecified or an unknown value.
+size_t DTypeBytes(DType d);
+
+// Everything that makes KV reusable (DESIGN.md §1). Blocks are shared only
+// between requests with equal NamespaceSpecs.
+struct NamespaceSpec {
+  std::string model;
+  std::string model_revision;
+  std::string lora;
+  std::string cache_salt;
+  uint32_t num_layers = 0;
+  uint32_t num_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t page_size = 0;  // tokens per block
+  DType dtype = DType::kUnspecified;
+  uint32_t tp_rank = 0;
+  uint32_t tp_size = 1;
+
+  // page_bytes = num_layers * 2 * num_kv_heads * page_size * head_dim *
+  // DTypeBytes(dtype); 0 when the layout is incomplete.
+  uint64_t PageBytes() const;
+
+  friend bool operator==(const NamespaceSpec&, const NamespaceSpec&) = default;
+};
+
+// One (tag, value) pair of a block's extras (e.g. a multimodal input hash).
+using BlockExtra = std::pair<std::string, std::string>;
+
+// root = H(ns_bytes): the namespace id.
+BlockKey NamespaceRoot(const NamespaceSpec& ns);
+
+// key[i] from key[i-1] (or the root for i = 0) and the block's tokens.
+BlockKey ChainBlockKey(const BlockKey& parent, absl::Span<const uint32_t> tokens,
+                       absl::Span<const BlockExtra> extras = {});
+
+// Keys of every full block of `tokens` (a partial tail is ignored).
+// REQUIRES: page_size > 0.
+std::vector<BlockKey> ComputeBlockKeys(const BlockKey& root, uint32_t page_size,
+                                       absl::Span<const uint32_t> tokens);
+
+// Incremental hasher for a growing token sequence (a decode that keeps
+// appending): feeds tokens in any amounts and keys each block as it fills.
+//
+//   BlockHasher h(NamespaceRoot(ns), ns.page_size);
+//   h.Append(prompt);            // keys() holds the prompt's full blocks
+//   h.Append(generated_token);   // a new key appears every page_size tokens
+class BlockHasher {
+ public:
+  // REQUIRES: page_size > 0.
+  BlockHasher(const BlockKey& root, uint32_t page_size);
+
+  void Append(absl::Span<const uint32_t> tokens);
+  void Append(uint32_t token) { Append(absl::MakeConstSpan(&token, 1)); }
+
+  // Keys of the full blocks seen so far, in block order.
+  const std::vector<BlockKey>& keys() const { return keys_; }
+  // Tokens appended that do not yet fill a block.
+  size_t pending_tokens() const { return pending_.size(); }
+  // The key the next block chains from (the root before the first block).
+  const BlockKey& last_key() const { return keys_.empty() ? root_ : keys_.back(); }
+
+ private:
+  BlockKey root_;
+  uint32_t page_size_;
+  std::vector<uint32_t> pending_;
+  std::vector<BlockKey> keys_;
+};
+
+}  // namespace radixkv
+
+#endif  // RADIXKV_RADIX_BLOCK_KEY_H_
