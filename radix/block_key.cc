@@ -1,0 +1,253 @@
+// File: radix/block_key.cc
+//
+// Block-key contract v1 (see block_key.h and DESIGN.md §3). Every hash input
+// is assembled into one contiguous little-endian byte buffer and hashed with
+// a single XXH3_128bits_withSeed(..., 0) call; ComputeBlockKeys and
+// BlockHasher reuse one buffer per call so the hot path does not allocate
+// per block.
+#include "radix/block_key.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "xxhash.h"
+
+namespace radixkv {
+namespace {
+
+static_assert(sizeof(XXH128_canonical_t) == BlockKey::kBytes);
+
+void StoreLE32(char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+
+void StoreBE64(char* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>(v >> (56 - 8 * i));
+}
+
+uint64_t LoadBE64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+// H(b): XXH3-128 with seed 0, converted to the canonical (big-endian) form
+// and read back into the (hi, lo) halves.
+BlockKey Hash(const void* data, size_t len) {
+  XXH128_hash_t h = XXH3_128bits_withSeed(data, len, 0);
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, h);
+  return BlockKey::FromCanonical(
+      absl::string_view(reinterpret_cast<const char*>(c.digest), sizeof(c)));
+}
+
+void PutU32(std::string* out, uint32_t v) {
+  char b[4];
+  StoreLE32(b, v);
+  out->append(b, 4);
+}
+
+void PutStr(std::string* out, absl::string_view s) {
+  PutU32(out, static_cast<uint32_t>(s.size()));
+  out->append(s.data(), s.size());
+}
+
+// Writes `tokens` as consecutive u32 little-endian values at `dst`.
+void PutTokens(char* dst, absl::Span<const uint32_t> tokens) {
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!tokens.empty()) {
+      std::memcpy(dst, tokens.data(), tokens.size() * sizeof(uint32_t));
+    }
+  } else {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      StoreLE32(dst + 4 * i, tokens[i]);
+    }
+  }
+}
+
+// Reusable hash input for chained block keys without extras:
+//   parent(16) || u32(n) || tokens(4n) || u32(0)
+class ChainBuffer {
+ public:
+  explicit ChainBuffer(uint32_t page_size)
+      : page_size_(page_size), buf_(Size(page_size)) {
+    StoreLE32(buf_.data() + BlockKey::kBytes, page_size);
+    StoreLE32(buf_.data() + buf_.size() - 4, 0);
+  }
+
+  // REQUIRES: tokens.size() == page_size.
+  BlockKey Chain(const BlockKey& parent, absl::Span<const uint32_t> tokens) {
+    parent.ToCanonical(buf_.data());
+    PutTokens(buf_.data() + BlockKey::kBytes + 4, tokens);
+    return Hash(buf_.data(), buf_.size());
+  }
+
+ private:
+  static size_t Size(uint32_t n) {
+    return BlockKey::kBytes + 4 + size_t{4} * n + 4;
+  }
+  uint32_t page_size_;
+  std::vector<char> buf_;
+};
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+BlockKey BlockKey::FromCanonical(absl::string_view bytes) {
+  BlockKey k;
+  if (bytes.size() != kBytes) return k;
+  k.hi = LoadBE64(bytes.data());
+  k.lo = LoadBE64(bytes.data() + 8);
+  return k;
+}
+
+bool BlockKey::FromHex(absl::string_view hex, BlockKey* out) {
+  if (hex.size() != 2 * kBytes) return false;
+  uint64_t halves[2] = {0, 0};
+  for (size_t i = 0; i < hex.size(); ++i) {
+    int v = HexValue(hex[i]);
+    if (v < 0) return false;
+    uint64_t& h = halves[i / 16];
+    h = (h << 4) | static_cast<uint64_t>(v);
+  }
+  out->hi = halves[0];
+  out->lo = halves[1];
+  return true;
+}
+
+void BlockKey::ToCanonical(char out[kBytes]) const {
+  StoreBE64(out, hi);
+  StoreBE64(out + 8, lo);
+}
+
+std::string BlockKey::ToCanonical() const {
+  std::string s(kBytes, '\0');
+  ToCanonical(s.data());
+  return s;
+}
+
+std::string BlockKey::ToHex() const {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  char raw[kBytes];
+  ToCanonical(raw);
+  std::string s(2 * kBytes, '0');
+  for (size_t i = 0; i < kBytes; ++i) {
+    const auto b = static_cast<unsigned char>(raw[i]);
+    s[2 * i] = kDigits[b >> 4];
+    s[2 * i + 1] = kDigits[b & 0xf];
+  }
+  return s;
+}
+
+size_t DTypeBytes(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+    case DType::kInt8:
+      return 1;
+    case DType::kUnspecified:
+      break;
+  }
+  return 0;
+}
+
+uint64_t NamespaceSpec::PageBytes() const {
+  const uint64_t elem = DTypeBytes(dtype);
+  if (elem == 0 || num_layers == 0 || num_kv_heads == 0 || page_size == 0 ||
+      head_dim == 0) {
+    return 0;
+  }
+  return uint64_t{num_layers} * 2 * num_kv_heads * page_size * head_dim * elem;
+}
+
+BlockKey NamespaceRoot(const NamespaceSpec& ns) {
+  std::string b;
+  b.reserve(64 + ns.model.size() + ns.model_revision.size() + ns.lora.size() +
+            ns.cache_salt.size());
+  PutStr(&b, "radixkv.ns.v1");
+  PutStr(&b, ns.model);
+  PutStr(&b, ns.model_revision);
+  PutStr(&b, ns.lora);
+  PutStr(&b, ns.cache_salt);
+  PutU32(&b, ns.num_layers);
+  PutU32(&b, ns.num_kv_heads);
+  PutU32(&b, ns.head_dim);
+  PutU32(&b, ns.page_size);
+  PutU32(&b, static_cast<uint32_t>(ns.dtype));
+  PutU32(&b, ns.tp_rank);
+  PutU32(&b, ns.tp_size);
+  return Hash(b.data(), b.size());
+}
+
+BlockKey ChainBlockKey(const BlockKey& parent, absl::Span<const uint32_t> tokens,
+                       absl::Span<const BlockExtra> extras) {
+  std::string b(BlockKey::kBytes + 4 + 4 * tokens.size(), '\0');
+  parent.ToCanonical(b.data());
+  StoreLE32(b.data() + BlockKey::kBytes,
+                               static_cast<uint32_t>(tokens.size()));
+  PutTokens(b.data() + BlockKey::kBytes + 4, tokens);
+  PutU32(&b, static_cast<uint32_t>(extras.size()));
+  for (const BlockExtra& e : extras) {
+    PutStr(&b, e.first);
+    PutStr(&b, e.second);
+  }
+  return Hash(b.data(), b.size());
+}
+
+std::vector<BlockKey> ComputeBlockKeys(const BlockKey& root, uint32_t page_size,
+                                       absl::Span<const uint32_t> tokens) {
+  std::vector<BlockKey> keys;
+  if (page_size == 0) return keys;
+  const size_t blocks = tokens.size() / page_size;
+  keys.reserve(blocks);
+  ChainBuffer buf(page_size);
+  BlockKey parent = root;
+  for (size_t i = 0; i < blocks; ++i) {
+    parent = buf.Chain(parent, tokens.subspan(i * page_size, page_size));
+    keys.push_back(parent);
+  }
+  return keys;
+}
+
+BlockHasher::BlockHasher(const BlockKey& root, uint32_t page_size)
+    : root_(root), page_size_(page_size) {
+  pending_.reserve(page_size_);
+}
+
+void BlockHasher::Append(absl::Span<const uint32_t> tokens) {
+  if (page_size_ == 0) return;
+  // Top up the pending partial block first, then key whole blocks straight
+  // from `tokens`, and keep the remainder pending.
+  size_t pos = 0;
+  if (!pending_.empty()) {
+    const size_t take =
+        std::min<size_t>(page_size_ - pending_.size(), tokens.size());
+    pending_.insert(pending_.end(), tokens.begin(), tokens.begin() + take);
+    pos = take;
+    if (pending_.size() < page_size_) return;
+    keys_.push_back(ChainBlockKey(last_key(), pending_));
+    pending_.clear();
+  }
+  const size_t whole = (tokens.size() - pos) / page_size_;
+  if (whole > 0) {
+    std::vector<BlockKey> more = ComputeBlockKeys(
+        last_key(), page_size_, tokens.subspan(pos, whole * page_size_));
+    keys_.insert(keys_.end(), more.begin(), more.end());
+    pos += whole * page_size_;
+  }
+  pending_.insert(pending_.end(), tokens.begin() + pos, tokens.end());
+}
+
+}  // namespace radixkv
