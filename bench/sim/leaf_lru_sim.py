@@ -1,0 +1,189 @@
+#!/usr/bin/python3
+"""Independent simulation of radixkv's eviction policy (DESIGN.md section 4).
+
+Replays a Mooncake-format trace (shared/traces/README.md) one request at a
+time, in arrival order, the way a single radixkv client does:
+
+  Acquire(tokens, allocate=all)  -> Commit(all new blocks, release=true)
+
+and prints the hit ratio sum(matched_blocks) / sum(total_blocks).
+
+The policy, stated without reference to how radix/ implements it:
+  * One cached node per full block; a request's path is its hash_ids, and a
+    node is named by its whole path (parent node, id), so equal ids under
+    different parents are different blocks.
+  * Acquire matches the longest cached prefix and pins it (the lease).
+    It then takes one page per unmatched block: a free page while there is
+    one, otherwise it evicts the least recently used unpinned leaf (a leaf
+    has no cached children); ties between equal times go to the deeper node.
+    When only pinned nodes are left, fewer pages are taken and the request
+    commits only the blocks it got pages for.
+  * Commit inserts the new blocks; with release the whole path is unpinned
+    and every node on it gets the request's logical time.
+
+The simulation picks victims with a heap over (time, -depth) with lazy
+invalidation: deliberately a different mechanism from radix/'s recency list,
+so that agreement between the two is evidence, not an echo.
+
+Standard library only. Run with /usr/bin/python3.
+
+  bench/sim/leaf_lru_sim.py --capacity=3000 [--json] [--trace=PATH]
+
+capacity 0 (the default) means unbounded.
+"""
+
+import argparse
+import heapq
+import json
+import sys
+
+DEFAULT_TRACE = "/work/shared/traces/conversation_trace.jsonl"
+
+
+class LeafLruCache:
+    """The cache state: nodes keyed by (parent node, block id)."""
+
+    def __init__(self, capacity):
+        self.capacity = capacity  # 0: unbounded
+        self.child = {}           # (parent_node, block_id) -> node
+        self.parent = [None]      # node -> parent node; node 0 is the root
+        self.key = [None]         # node -> (parent_node, block_id)
+        self.depth = [0]          # node -> depth (1 = first block)
+        self.time = [0]           # node -> last access time
+        self.children = [0]       # node -> number of cached children
+        self.alive = [True]
+        self.size = 0             # cached nodes (the root is not a page)
+        self.heap = []            # (time, -depth, node): candidate leaves
+        self.evicted = 0
+
+    def _push_if_leaf(self, node):
+        if node != 0 and self.alive[node] and self.children[node] == 0:
+            heapq.heappush(self.heap,
+                           (self.time[node], -self.depth[node], node))
+
+    def _new_node(self, parent, block_id, now):
+        node = len(self.parent)
+        self.parent.append(parent)
+        self.key.append((parent, block_id))
+        self.depth.append(self.depth[parent] + 1)
+        self.time.append(now)
+        self.children.append(0)
+        self.alive.append(True)
+        self.child[(parent, block_id)] = node
+        self.children[parent] += 1
+        self.size += 1
+        return node
+
+    def _evict_one(self, pinned):
+        """Evicts the LRU unpinned leaf; False when there is none."""
+        held = []
+        victim = None
+        while self.heap:
+            entry = heapq.heappop(self.heap)
+            t, negd, node = entry
+            if (not self.alive[node] or self.children[node] != 0
+                    or self.time[node] != t):
+                continue  # stale entry
+            if node in pinned:
+                held.append(entry)
+                continue
+            victim = node
+            break
+        for entry in held:
+            heapq.heappush(self.heap, entry)
+        if victim is None:
+            return False
+        self.alive[victim] = False
+        del self.child[self.key[victim]]
+        parent = self.parent[victim]
+        self.children[parent] -= 1
+        self.size -= 1
+        self.evicted += 1
+        self._push_if_leaf(parent)
+        return True
+
+    def request(self, hash_ids, now):
+        """One Acquire(allocate=all) + Commit(release); returns matched."""
+        # Match: walk the longest cached prefix.
+        path = []
+        node = 0
+        for block_id in hash_ids:
+            nxt = self.child.get((node, block_id))
+            if nxt is None:
+                break
+            path.append(nxt)
+            node = nxt
+        matched = len(path)
+        pinned = set(path)
+
+        # Allocate: one page per unmatched block, evicting when full.
+        want = len(hash_ids) - matched
+        granted = 0
+        while granted < want:
+            if self.capacity and self.size + granted >= self.capacity:
+                if not self._evict_one(pinned):
+                    break  # everything left is pinned: fewer pages
+                continue
+            granted += 1
+
+        # Commit + release: insert the granted blocks, touch the whole path.
+        for block_id in hash_ids[matched:matched + granted]:
+            node = self._new_node(node, block_id, now)
+            path.append(node)
+        for n in path:
+            self.time[n] = now
+        if path:
+            self._push_if_leaf(path[-1])
+        return matched
+
+
+def run(trace_path, capacity):
+    cache = LeafLruCache(capacity)
+    requests = 0
+    blocks = 0
+    matched = 0
+    with open(trace_path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            hash_ids = json.loads(line)["hash_ids"]
+            requests += 1
+            blocks += len(hash_ids)
+            matched += cache.request(hash_ids, requests)
+            if capacity:
+                assert cache.size <= capacity, "cache over capacity"
+    return {
+        "capacity": capacity,
+        "requests": requests,
+        "blocks": blocks,
+        "matched_blocks": matched,
+        "hit_ratio": matched / blocks if blocks else 0.0,
+        "evicted": cache.evicted,
+        "cached_at_end": cache.size,
+    }
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trace", default=DEFAULT_TRACE)
+    parser.add_argument("--capacity", type=int, default=0,
+                        help="pages in the pool; 0 = unbounded")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.capacity < 0:
+        parser.error("--capacity must be >= 0, got %d" % args.capacity)
+    result = run(args.trace, args.capacity)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        cap = args.capacity if args.capacity else "unbounded"
+        print("capacity %s: requests %d blocks %d matched %d hit_ratio %.6f "
+              "evicted %d" % (cap, result["requests"], result["blocks"],
+                              result["matched_blocks"], result["hit_ratio"],
+                              result["evicted"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
