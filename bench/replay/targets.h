@@ -1,0 +1,48 @@
+// File: bench/replay/targets.h
+//
+// The two things a trace can be replayed against:
+//  * NewInProcTarget: a RadixTree in this process (no transport), clients
+//    are threads that hash their tokens and call Acquire/Commit directly.
+//  * NewDaemonTarget: a live radixkvd over gRPC; each client opens its own
+//    channel and Session stream and sends Acquire(tokens) + Commit(release).
+//
+// Thread safety: see ReplayTarget (replay.h).
+#ifndef RADIXKV_BENCH_REPLAY_TARGETS_H_
+#define RADIXKV_BENCH_REPLAY_TARGETS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bench/replay/replay.h"
+#include "radix/block_key.h"
+
+namespace radixkv::bench {
+
+// The namespace every replay uses: model "radixkv-replay", page_size from the
+// flag, a plausible KV layout (the `none` pool ignores it).
+NamespaceSpec ReplayNamespace(uint32_t page_size);
+
+struct InProcOptions {
+  uint32_t capacity_pages = 0;  // REQUIRES: > 0 (the caller sizes "unbounded")
+  uint32_t page_size = 512;
+  bool check_invariants = true;  // RadixTree::CheckInvariants after the run
+};
+absl::StatusOr<std::unique_ptr<ReplayTarget>> NewInProcTarget(
+    const InProcOptions& options);
+
+struct DaemonOptions {
+  std::string endpoint;  // "unix:/path" or "host:port"
+  uint32_t page_size = 512;
+  // Send block_keys computed by the client instead of tokens (the daemon
+  // must allow key mode). Hashing then happens in the client, untimed.
+  bool key_mode = false;
+  int64_t deadline_ms = 10000;
+};
+absl::StatusOr<std::unique_ptr<ReplayTarget>> NewDaemonTarget(
+    const DaemonOptions& options);
+
+}  // namespace radixkv::bench
+
+#endif  // RADIXKV_BENCH_REPLAY_TARGETS_H_
