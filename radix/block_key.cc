@@ -71,7 +71,7 @@ void PutTokens(char* dst, absl::Span<const uint32_t> tokens) {
 class ChainBuffer {
  public:
   explicit ChainBuffer(uint32_t page_size)
-      : page_size_(page_size), buf_(Size(page_size)) {
+      : buf_(Size(page_size)) {
     StoreLE32(buf_.data() + BlockKey::kBytes, page_size);
     StoreLE32(buf_.data() + buf_.size() - 4, 0);
   }
@@ -87,7 +87,6 @@ class ChainBuffer {
   static size_t Size(uint32_t n) {
     return BlockKey::kBytes + 4 + size_t{4} * n + 4;
   }
-  uint32_t page_size_;
   std::vector<char> buf_;
 };
 

@@ -1,0 +1,503 @@
+// File: radix/radix_tree.cc
+//
+// RadixTree's mutating operations: namespaces, Acquire, Commit, Release,
+// eviction. The storage layout and the invariants are described in
+// radix_tree_internal.h; the read-only inspection API lives in
+// radix_tree_inspect.cc.
+#include "radix/radix_tree.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "radix/radix_tree_internal.h"
+
+namespace radixkv {
+
+using radix_internal::Lease;
+using radix_internal::Namespace;
+using radix_internal::Node;
+using radix_internal::PageEq;
+using radix_internal::PageHash;
+
+const char* BlockStatusName(BlockStatus s) {
+  switch (s) {
+    case BlockStatus::kCached:
+      return "cached";
+    case BlockStatus::kNotPresent:
+      return "not_present";
+    case BlockStatus::kEvicted:
+      return "evicted";
+    case BlockStatus::kTokenMismatch:
+      return "token_mismatch";
+    case BlockStatus::kParentMissing:
+      return "parent_missing";
+  }
+  return "unknown";
+}
+
+RadixTree::Impl::Impl(const RadixTreeOptions& o)
+    : capacity(o.capacity_pages),
+      max_page_size(o.max_page_size),
+      remembered_evictions(o.remembered_evictions),
+      listener(o.listener),
+      epoch(absl::Now()),
+      sentinel(o.capacity_pages),
+      nodes(new Node[size_t{o.capacity_pages} + 1]),
+      index(0, PageHash{nodes.get()}, PageEq{nodes.get()}) {
+  absl::MutexLock lock(&mu);
+  for (PageId p = 0; p < capacity; ++p) {
+    nodes[p].lru_next = p + 1 < capacity ? p + 1 : kNoPage;
+  }
+  free_head = capacity > 0 ? 0 : kNoPage;
+  free_count = capacity;
+  nodes[sentinel].lru_prev = sentinel;
+  nodes[sentinel].lru_next = sentinel;
+}
+
+void RadixTree::Impl::LruRemove(PageId p) {
+  Node& n = nodes[p];
+  nodes[n.lru_prev].lru_next = n.lru_next;
+  nodes[n.lru_next].lru_prev = n.lru_prev;
+  n.lru_prev = n.lru_next = kNoPage;
+}
+
+void RadixTree::Impl::LruAppend(PageId p) {
+  Node& s = nodes[sentinel];
+  Node& n = nodes[p];
+  n.lru_prev = s.lru_prev;
+  n.lru_next = sentinel;
+  nodes[s.lru_prev].lru_next = p;
+  s.lru_prev = p;
+}
+
+void RadixTree::Impl::Pin(PageId p, uint32_t now) {
+  Node& n = nodes[p];
+  if (n.refs++ == 0) {
+    LruRemove(p);
+    ++pinned_count;
+  }
+  n.last_used = now;
+}
+
+void RadixTree::Impl::Unpin(PageId p, uint32_t now) {
+  Node& n = nodes[p];
+  n.last_used = now;
+  if (--n.refs == 0) {
+    --pinned_count;
+    LruAppend(p);
+  }
+}
+
+PageId RadixTree::Impl::PopFree() {
+  const PageId p = free_head;
+  if (p == kNoPage) return p;
+  free_head = nodes[p].lru_next;
+  nodes[p].lru_next = kNoPage;
+  --free_count;
+  return p;
+}
+
+void RadixTree::Impl::PushFree(PageId p) {
+  Node& n = nodes[p];
+  n = Node{};
+  n.lru_next = free_head;
+  free_head = p;
+  ++free_count;
+}
+
+void RadixTree::Impl::RememberEviction(const BlockKey& k) {
+  if (remembered_evictions == 0) return;
+  if (evicted_fifo.size() >= remembered_evictions) {
+    auto it = evicted_set.find(evicted_fifo.front());
+    if (it != evicted_set.end() && --it->second == 0) evicted_set.erase(it);
+    evicted_fifo.pop_front();
+  }
+  evicted_fifo.push_back(k);
+  ++evicted_set[k];
+}
+
+bool RadixTree::Impl::EvictOne() {
+  const PageId p = nodes[sentinel].lru_next;
+  if (p == sentinel) return false;
+  Node& n = nodes[p];
+  LruRemove(p);
+  index.erase(p);
+  if (n.parent != kNoPage) --nodes[n.parent].children;
+  --namespaces[n.ns].cached_blocks;
+  --cached_count;
+  ++stats.evicted_pages;
+  RememberEviction(n.key);
+  if (listener != nullptr) {
+    TreeEvent e;
+    e.type = TreeEvent::Type::kRemoved;
+    e.ns = n.ns;
+    e.key = n.key;
+    e.parent_key = ParentKey(n);
+    e.page = p;
+    pending_events.push_back(e);
+  }
+  PushFree(p);
+  return true;
+}
+
+void RadixTree::Impl::FlushEvents() {
+  if (listener != nullptr && !pending_events.empty()) {
+    listener->OnTreeEvents(pending_events);
+  }
+  pending_events.clear();
+}
+
+absl::Status RadixTree::Impl::ValidateRequest(
+    const char* op, NamespaceId ns, absl::Span<const BlockKey> keys,
+    absl::Span<const uint32_t> tokens) const {
+  if (ns >= namespaces.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": unknown namespace id ", ns, " (", namespaces.size(),
+                     " registered)"));
+  }
+  if (keys.size() > 0xffffffffu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": keys.size()=", keys.size(), " exceeds 2^32-1"));
+  }
+  const uint64_t want = uint64_t{keys.size()} * namespaces[ns].spec.page_size;
+  if (!tokens.empty() && tokens.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": tokens.size()=", tokens.size(),
+        " must be 0 (key mode) or keys.size()*page_size=", keys.size(), "*",
+        namespaces[ns].spec.page_size, "=", want));
+  }
+  return absl::OkStatus();
+}
+
+bool RadixTree::Impl::Verifies(PageId p, NamespaceId ns, PageId parent,
+                               absl::Span<const uint32_t> block_tokens) const {
+  const Node& n = nodes[p];
+  if (n.ns != ns || n.parent != parent) return false;
+  if (block_tokens.empty() || !n.has_tokens) return true;  // unverifiable
+  return std::memcmp(TokensOf(p), block_tokens.data(),
+                     block_tokens.size() * sizeof(uint32_t)) == 0;
+}
+
+void RadixTree::Impl::MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
+                                absl::Span<const uint32_t> tokens,
+                                std::vector<PageId>* out,
+                                uint32_t* collisions) const {
+  const size_t ps = namespaces[ns].spec.page_size;
+  PageId parent = kNoPage;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = index.find(keys[i]);
+    if (it == index.end()) return;
+    const PageId p = *it;
+    const auto block = tokens.empty() ? absl::Span<const uint32_t>()
+                                      : tokens.subspan(i * ps, ps);
+    if (!Verifies(p, ns, parent, block)) {
+      ++*collisions;
+      return;
+    }
+    out->push_back(p);
+    parent = p;
+  }
+}
+
+void RadixTree::Impl::EndLease(Lease& lease) {
+  const uint32_t now = NowSeconds();
+  for (PageId p : lease.writing) {
+    if (nodes[p].state == PageState::kWriting) {
+      --writing_count;
+      PushFree(p);
+    }
+  }
+  // Deepest first, so each node lands in the recency list after its children.
+  for (auto it = lease.path.rbegin(); it != lease.path.rend(); ++it) {
+    Unpin(*it, now);
+  }
+}
+
+RadixTree::RadixTree(const RadixTreeOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {}
+
+RadixTree::~RadixTree() = default;
+
+absl::StatusOr<NamespaceId> RadixTree::RegisterNamespace(
+    const NamespaceSpec& spec) {
+  Impl& m = *impl_;
+  if (spec.page_size == 0 || spec.page_size > m.max_page_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "namespace.page_size=", spec.page_size, " must be in [1, ",
+        m.max_page_size, "] (max_page_size)"));
+  }
+  const BlockKey root = NamespaceRoot(spec);
+  absl::MutexLock lock(&m.mu);
+  if (auto it = m.ns_by_root.find(root); it != m.ns_by_root.end()) {
+    if (!(m.namespaces[it->second].spec == spec)) {
+      return absl::InternalError(absl::StrCat(
+          "namespace root ", root.ToHex(), " is shared by two different specs"));
+    }
+    return it->second;
+  }
+  if (m.arena_page_size == 0) {
+    const size_t n = size_t{m.capacity} * spec.page_size;
+    m.token_arena.reset(new (std::nothrow) uint32_t[n]);
+    if (m.token_arena == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot reserve token storage for capacity_pages=", m.capacity,
+          " * page_size=", spec.page_size, " tokens"));
+    }
+    m.arena_page_size = spec.page_size;
+  } else if (spec.page_size != m.arena_page_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "namespace.page_size=", spec.page_size,
+        " differs from the page_size=", m.arena_page_size,
+        " this tree's token storage was sized for by its first namespace"));
+  }
+  const auto id = static_cast<NamespaceId>(m.namespaces.size());
+  m.namespaces.push_back(Namespace{spec, root, 0});
+  m.ns_by_root.emplace(root, id);
+  return id;
+}
+
+BlockKey RadixTree::namespace_root(NamespaceId ns) const {
+  absl::ReaderMutexLock lock(&impl_->mu);
+  return ns < impl_->namespaces.size() ? impl_->namespaces[ns].root
+                                       : BlockKey{};
+}
+
+uint32_t RadixTree::page_size(NamespaceId ns) const {
+  absl::ReaderMutexLock lock(&impl_->mu);
+  return ns < impl_->namespaces.size() ? impl_->namespaces[ns].spec.page_size
+                                       : 0;
+}
+
+std::vector<NamespaceInfo> RadixTree::ListNamespaces() const {
+  absl::ReaderMutexLock lock(&impl_->mu);
+  std::vector<NamespaceInfo> out;
+  out.reserve(impl_->namespaces.size());
+  for (size_t i = 0; i < impl_->namespaces.size(); ++i) {
+    const Namespace& n = impl_->namespaces[i];
+    out.push_back(NamespaceInfo{static_cast<NamespaceId>(i), n.spec, n.root,
+                                n.cached_blocks});
+  }
+  return out;
+}
+
+absl::StatusOr<MatchResult> RadixTree::Match(
+    NamespaceId ns, absl::Span<const BlockKey> keys,
+    absl::Span<const uint32_t> tokens) const {
+  Impl& m = *impl_;
+  absl::ReaderMutexLock lock(&m.mu);
+  if (absl::Status s = m.ValidateRequest("Match", ns, keys, tokens); !s.ok()) {
+    return s;
+  }
+  m.matches.fetch_add(1, std::memory_order_relaxed);
+  MatchResult r;
+  r.total_blocks = static_cast<uint32_t>(keys.size());
+  // Count-only walk (no vector): the hot path of routers and probes.
+  const size_t ps = m.namespaces[ns].spec.page_size;
+  PageId parent = kNoPage;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = m.index.find(keys[i]);
+    if (it == m.index.end()) break;
+    const auto block = tokens.empty() ? absl::Span<const uint32_t>()
+                                      : tokens.subspan(i * ps, ps);
+    if (!m.Verifies(*it, ns, parent, block)) {
+      ++r.collisions;
+      break;
+    }
+    parent = *it;
+    ++r.matched_blocks;
+  }
+  return r;
+}
+
+absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
+  Impl& m = *impl_;
+  absl::MutexLock lock(&m.mu);
+  if (absl::Status s = m.ValidateRequest("Acquire", req.ns, req.keys,
+                                         req.tokens);
+      !s.ok()) {
+    return s;
+  }
+  const uint32_t ps = m.namespaces[req.ns].spec.page_size;
+  const uint32_t now = m.NowSeconds();
+  AcquireResult r;
+  r.total_blocks = static_cast<uint32_t>(req.keys.size());
+  m.MatchPath(req.ns, req.keys, req.tokens, &r.pages, &r.collisions);
+  r.matched_blocks = static_cast<uint32_t>(r.pages.size());
+
+  m.stats.lookups++;
+  m.stats.lookup_blocks += r.total_blocks;
+  m.stats.hit_blocks += r.matched_blocks;
+  m.stats.lookup_tokens += uint64_t{r.total_blocks} * ps;
+  m.stats.hit_tokens += uint64_t{r.matched_blocks} * ps;
+  m.stats.hash_collisions += r.collisions;
+
+  // Pin the matched path before evicting, so eviction cannot take it.
+  for (PageId p : r.pages) m.Pin(p, now);
+
+  uint32_t want = 0;
+  if (req.allocate) {
+    want = r.total_blocks - r.matched_blocks;
+    if (req.max_new_blocks != 0) want = std::min(want, req.max_new_blocks);
+  }
+  Lease lease;
+  lease.ns = req.ns;
+  lease.has_tokens = !req.tokens.empty();
+  for (uint32_t k = 0; k < want; ++k) {
+    if (m.free_head == kNoPage) {
+      if (!m.EvictOne()) break;
+      ++r.evicted_pages;
+    }
+    const PageId p = m.PopFree();
+    m.nodes[p].state = PageState::kWriting;
+    ++m.writing_count;
+    const size_t block = size_t{r.matched_blocks} + k;
+    if (lease.has_tokens) {
+      std::memcpy(m.MutableTokensOf(p), req.tokens.data() + block * ps,
+                  size_t{ps} * sizeof(uint32_t));
+    }
+    lease.writing.push_back(p);
+    lease.keys.push_back(req.keys[block]);
+    r.pages.push_back(p);
+  }
+  r.new_blocks = static_cast<uint32_t>(lease.writing.size());
+  if (!r.pages.empty()) {
+    lease.path.assign(r.pages.begin(), r.pages.begin() + r.matched_blocks);
+    lease.matched = r.matched_blocks;
+    r.lease = m.next_lease++;
+    m.leases.emplace(r.lease, std::move(lease));
+  }
+  m.FlushEvents();
+  return r;
+}
+
+absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
+                                               uint32_t blocks, bool release) {
+  Impl& m = *impl_;
+  absl::MutexLock lock(&m.mu);
+  auto it = m.leases.find(lease_id);
+  if (it == m.leases.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("Commit: lease_id=", lease_id, " is unknown or ended"));
+  }
+  Lease& lease = it->second;
+  const uint32_t uncommitted =
+      static_cast<uint32_t>(lease.writing.size()) - lease.committed;
+  if (blocks > uncommitted) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Commit: blocks=", blocks, " exceeds the lease's ", uncommitted,
+        " uncommitted new pages"));
+  }
+  const uint32_t now = m.NowSeconds();
+  const uint32_t ps = m.arena_page_size;
+  CommitResult r;
+  for (uint32_t j = lease.committed; j < lease.committed + blocks; ++j) {
+    const PageId w = lease.writing[j];
+    if (lease.broken) {
+      ++r.collided;
+      r.pages.push_back(w);
+      continue;
+    }
+    const BlockKey& key = lease.keys[j];
+    const PageId parent = lease.path.empty() ? kNoPage : lease.path.back();
+    if (auto hit = m.index.find(key); hit != m.index.end()) {
+      const PageId c = *hit;
+      const Node& cn = m.nodes[c];
+      const bool same =
+          cn.ns == lease.ns && cn.parent == parent &&
+          (!lease.has_tokens || !cn.has_tokens ||
+           std::memcmp(m.TokensOf(c), m.TokensOf(w), ps * sizeof(uint32_t)) ==
+               0);
+      if (same) {
+        m.Pin(c, now);
+        lease.path.push_back(c);
+        ++r.deduplicated;
+        r.pages.push_back(c);
+      } else {
+        lease.broken = true;
+        ++r.collided;
+        ++m.stats.hash_collisions;
+        r.pages.push_back(w);
+      }
+      continue;
+    }
+    Node& n = m.nodes[w];
+    n.key = key;
+    n.parent = parent;
+    n.refs = 1;
+    n.children = 0;
+    n.last_used = now;
+    n.ns = lease.ns;
+    n.state = PageState::kCached;
+    n.has_tokens = lease.has_tokens;
+    m.index.insert(w);
+    if (parent != kNoPage) ++m.nodes[parent].children;
+    ++m.namespaces[lease.ns].cached_blocks;
+    --m.writing_count;
+    ++m.cached_count;
+    ++m.pinned_count;
+    lease.path.push_back(w);
+    ++r.inserted;
+    r.pages.push_back(w);
+    if (m.listener != nullptr) {
+      TreeEvent e;
+      e.type = TreeEvent::Type::kStored;
+      e.ns = lease.ns;
+      e.key = key;
+      e.parent_key = m.ParentKey(n);
+      e.page = w;
+      e.depth = lease.matched + j;
+      m.pending_events.push_back(e);
+    }
+  }
+  lease.committed += blocks;
+  m.stats.inserted_blocks += r.inserted;
+  m.stats.deduplicated_blocks += r.deduplicated;
+  if (release) {
+    m.EndLease(lease);
+    m.leases.erase(it);
+    r.released = true;
+  }
+  m.FlushEvents();
+  return r;
+}
+
+absl::Status RadixTree::Release(LeaseId lease_id) {
+  Impl& m = *impl_;
+  absl::MutexLock lock(&m.mu);
+  auto it = m.leases.find(lease_id);
+  if (it == m.leases.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("Release: lease_id=", lease_id, " is unknown or ended"));
+  }
+  m.EndLease(it->second);
+  m.leases.erase(it);
+  return absl::OkStatus();
+}
+
+uint64_t RadixTree::Evict(uint64_t max_pages) {
+  Impl& m = *impl_;
+  absl::MutexLock lock(&m.mu);
+  uint64_t n = 0;
+  while (n < max_pages && m.EvictOne()) ++n;
+  m.FlushEvents();
+  return n;
+}
+
+uint64_t RadixTree::Clear() {
+  Impl& m = *impl_;
+  absl::MutexLock lock(&m.mu);
+  uint64_t n = 0;
+  while (m.EvictOne()) ++n;
+  if (m.listener != nullptr) {
+    TreeEvent e;
+    e.type = TreeEvent::Type::kCleared;
+    m.pending_events.push_back(e);
+  }
+  m.FlushEvents();
+  return n;
+}
+
+}  // namespace radixkv

@@ -1,0 +1,315 @@
+// File: radix/radix_tree_inspect.cc
+//
+// RadixTree's read-only inspection API: Explain, DumpTree, GetStats,
+// IndexMemoryBytes, the TEST_ hooks and the invariant checker. All of them
+// take the tree's mutex in shared mode.
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "radix/radix_tree.h"
+#include "radix/radix_tree_internal.h"
+
+namespace radixkv {
+
+using radix_internal::Lease;
+using radix_internal::Node;
+
+absl::StatusOr<std::vector<BlockExplanation>> RadixTree::Explain(
+    NamespaceId ns, absl::Span<const BlockKey> keys,
+    absl::Span<const uint32_t> tokens) const {
+  Impl& m = *impl_;
+  absl::ReaderMutexLock lock(&m.mu);
+  if (absl::Status s = m.ValidateRequest("Explain", ns, keys, tokens);
+      !s.ok()) {
+    return s;
+  }
+  const size_t ps = m.namespaces[ns].spec.page_size;
+  std::vector<BlockExplanation> out(keys.size());
+  // The page found for the previous key (verified or not): a hit must chain
+  // from it. `gap` becomes true after the first block that is not a hit.
+  PageId parent = kNoPage;
+  bool gap = false;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    BlockExplanation& e = out[i];
+    e.key = keys[i];
+    auto it = m.index.find(keys[i]);
+    if (it != m.index.end()) {
+      const PageId p = *it;
+      const auto block = tokens.empty() ? absl::Span<const uint32_t>()
+                                        : tokens.subspan(i * ps, ps);
+      if (m.Verifies(p, ns, parent, block)) {
+        e.status = gap ? BlockStatus::kParentMissing : BlockStatus::kCached;
+        if (!gap) {
+          e.page = p;
+          e.refcount = m.nodes[p].refs;
+          e.age_seconds = m.AgeSeconds(m.nodes[p]);
+        }
+      } else {
+        e.status = BlockStatus::kTokenMismatch;
+        gap = true;
+      }
+      parent = p;
+      continue;
+    }
+    parent = kNoPage;
+    if (m.evicted_set.contains(keys[i])) {
+      e.status = BlockStatus::kEvicted;
+    } else if (gap) {
+      e.status = BlockStatus::kParentMissing;
+    } else {
+      e.status = BlockStatus::kNotPresent;
+    }
+    gap = true;
+  }
+  return out;
+}
+
+std::vector<NodeInfo> RadixTree::DumpTree(uint32_t max_depth,
+                                          uint32_t limit) const {
+  Impl& m = *impl_;
+  absl::ReaderMutexLock lock(&m.mu);
+  // Depth of every cached node, memoised: each node is resolved once by
+  // walking up to the first ancestor whose depth is known.
+  constexpr uint32_t kUnknown = 0xffffffffu;
+  std::vector<uint32_t> depth(m.capacity, kUnknown);
+  std::vector<PageId> chain;
+  std::vector<NodeInfo> out;
+  for (PageId p = 0; p < m.capacity; ++p) {
+    if (m.nodes[p].state != PageState::kCached) continue;
+    chain.clear();
+    PageId q = p;
+    while (q != kNoPage && depth[q] == kUnknown) {
+      chain.push_back(q);
+      q = m.nodes[q].parent;
+    }
+    uint32_t d = q == kNoPage ? 0 : depth[q] + 1;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) depth[*it] = d++;
+    if (depth[p] > max_depth) continue;
+    const Node& n = m.nodes[p];
+    NodeInfo info;
+    info.key = n.key;
+    info.parent_key = m.ParentKey(n);
+    info.ns = n.ns;
+    info.page = p;
+    info.depth = depth[p];
+    info.refcount = n.refs;
+    info.children = n.children;
+    info.age_seconds = m.AgeSeconds(n);
+    out.push_back(info);
+  }
+  std::sort(out.begin(), out.end(), [](const NodeInfo& a, const NodeInfo& b) {
+    return std::tie(a.depth, a.age_seconds, a.page) <
+           std::tie(b.depth, b.age_seconds, b.page);
+  });
+  if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
+TreeStats RadixTree::GetStats() const {
+  Impl& m = *impl_;
+  absl::ReaderMutexLock lock(&m.mu);
+  TreeStats s = m.stats;
+  s.capacity_pages = m.capacity;
+  s.free_pages = m.free_count;
+  s.writing_pages = m.writing_count;
+  s.cached_pages = m.cached_count;
+  s.pinned_pages = m.pinned_count;
+  s.nodes = m.cached_count;
+  s.leases = m.leases.size();
+  s.namespaces = m.namespaces.size();
+  s.matches = m.matches.load(std::memory_order_relaxed);
+  return s;
+}
+
+size_t RadixTree::IndexMemoryBytes() const {
+  Impl& m = *impl_;
+  absl::ReaderMutexLock lock(&m.mu);
+  size_t bytes = (size_t{m.capacity} + 1) * sizeof(Node);
+  // flat_hash_set: one slot plus one control byte per bucket.
+  bytes += m.index.capacity() * (sizeof(PageId) + 1);
+  bytes += m.leases.capacity() * (sizeof(LeaseId) + sizeof(Lease) + 1);
+  for (const auto& [id, lease] : m.leases) {
+    bytes += lease.path.capacity() * sizeof(PageId) +
+             lease.writing.capacity() * sizeof(PageId) +
+             lease.keys.capacity() * sizeof(BlockKey);
+  }
+  bytes += m.evicted_fifo.size() * sizeof(BlockKey) +
+           m.evicted_set.capacity() * (sizeof(BlockKey) + sizeof(uint32_t) + 1);
+  bytes += m.namespaces.capacity() * sizeof(m.namespaces[0]);
+  return bytes;
+}
+
+PageState RadixTree::TEST_page_state(PageId page) const {
+  absl::ReaderMutexLock lock(&impl_->mu);
+  return page < impl_->capacity ? impl_->nodes[page].state : PageState::kFree;
+}
+
+uint32_t RadixTree::TEST_refcount(PageId page) const {
+  absl::ReaderMutexLock lock(&impl_->mu);
+  return page < impl_->capacity ? impl_->nodes[page].refs : 0;
+}
+
+absl::Status RadixTree::CheckInvariants() const {
+  absl::ReaderMutexLock lock(&impl_->mu);
+  return impl_->CheckLocked();
+}
+
+absl::Status RadixTree::Impl::CheckLocked() const {
+  auto fail = [](auto&&... parts) {
+    return absl::InternalError(absl::StrCat("radix invariant: ", parts...));
+  };
+  // Page states and counters.
+  uint64_t n_free = 0, n_writing = 0, n_cached = 0, n_pinned = 0;
+  std::vector<uint32_t> children(capacity, 0);
+  std::vector<uint64_t> ns_blocks(namespaces.size(), 0);
+  for (PageId p = 0; p < capacity; ++p) {
+    const Node& n = nodes[p];
+    switch (n.state) {
+      case PageState::kFree:
+        ++n_free;
+        break;
+      case PageState::kWriting:
+        ++n_writing;
+        break;
+      case PageState::kCached: {
+        ++n_cached;
+        if (n.refs > 0) ++n_pinned;
+        if (n.ns >= namespaces.size()) {
+          return fail("page ", p, " has unknown namespace ", n.ns);
+        }
+        ++ns_blocks[n.ns];
+        auto it = index.find(n.key);
+        if (it == index.end() || *it != p) {
+          return fail("page ", p, " key ", n.key.ToHex(),
+                      " is not indexed to it");
+        }
+        if (n.parent != kNoPage) {
+          if (n.parent >= capacity ||
+              nodes[n.parent].state != PageState::kCached) {
+            return fail("page ", p, " has a parent ", n.parent,
+                        " that is not cached");
+          }
+          const Node& par = nodes[n.parent];
+          if (par.ns != n.ns) return fail("page ", p, " parent in other ns");
+          if (par.refs < n.refs) {
+            return fail("page ", p, " refs ", n.refs, " > parent refs ",
+                        par.refs);
+          }
+          ++children[n.parent];
+        }
+        break;
+      }
+      default:
+        return fail("page ", p, " has an invalid state");
+    }
+  }
+  if (n_free + n_writing + n_cached != capacity) {
+    return fail("free ", n_free, " + writing ", n_writing, " + cached ",
+                n_cached, " != capacity ", capacity);
+  }
+  if (n_free != free_count || n_writing != writing_count ||
+      n_cached != cached_count || n_pinned != pinned_count) {
+    return fail("counters (free ", free_count, ", writing ", writing_count,
+                ", cached ", cached_count, ", pinned ", pinned_count,
+                ") differ from a scan (", n_free, ", ", n_writing, ", ",
+                n_cached, ", ", n_pinned, ")");
+  }
+  if (index.size() != n_cached) {
+    return fail("index holds ", index.size(), " keys, ", n_cached,
+                " pages are cached");
+  }
+  for (PageId p = 0; p < capacity; ++p) {
+    if (nodes[p].state == PageState::kCached &&
+        nodes[p].children != children[p]) {
+      return fail("page ", p, " child count ", nodes[p].children, " != ",
+                  children[p]);
+    }
+  }
+  for (size_t i = 0; i < namespaces.size(); ++i) {
+    if (namespaces[i].cached_blocks != ns_blocks[i]) {
+      return fail("namespace ", i, " counts ", namespaces[i].cached_blocks,
+                  " blocks, scan finds ", ns_blocks[i]);
+    }
+  }
+  // Free list.
+  uint64_t listed = 0;
+  for (PageId p = free_head; p != kNoPage; p = nodes[p].lru_next) {
+    if (p >= capacity || nodes[p].state != PageState::kFree) {
+      return fail("free list holds page ", p, " that is not free");
+    }
+    if (++listed > capacity) return fail("free list has a cycle");
+  }
+  if (listed != n_free) {
+    return fail("free list has ", listed, " pages, ", n_free, " are free");
+  }
+  // Recency list: exactly the unpinned cached nodes, each older than its
+  // parent (when the parent is unpinned too).
+  std::vector<uint32_t> pos(capacity, 0);  // 1-based position; 0: absent
+  uint32_t rank = 0;
+  PageId prev = sentinel;
+  for (PageId p = nodes[sentinel].lru_next; p != sentinel;
+       p = nodes[p].lru_next) {
+    if (p >= capacity) return fail("recency list holds bad page ", p);
+    const Node& n = nodes[p];
+    if (n.state != PageState::kCached || n.refs != 0) {
+      return fail("recency list holds page ", p, " that is pinned or not cached");
+    }
+    if (n.lru_prev != prev) return fail("recency list back link at ", p);
+    if (pos[p] != 0 || rank >= capacity) return fail("recency list cycle");
+    pos[p] = ++rank;
+    prev = p;
+  }
+  if (nodes[sentinel].lru_prev != prev) return fail("recency list tail link");
+  if (rank != n_cached - n_pinned) {
+    return fail("recency list has ", rank, " nodes, ", n_cached - n_pinned,
+                " are unpinned");
+  }
+  for (PageId p = 0; p < capacity; ++p) {
+    const Node& n = nodes[p];
+    if (n.state != PageState::kCached || n.refs != 0 || n.parent == kNoPage) {
+      continue;
+    }
+    if (nodes[n.parent].refs == 0 && pos[n.parent] < pos[p]) {
+      return fail("page ", p, " is newer in the recency list than its parent ",
+                  n.parent);
+    }
+  }
+  // Leases: pins add up to refcounts; WRITING pages belong to one lease.
+  std::vector<uint32_t> pins(capacity, 0);
+  std::vector<uint8_t> owned(capacity, 0);
+  uint64_t lease_writing = 0;
+  for (const auto& [id, lease] : leases) {
+    PageId parent = kNoPage;
+    for (PageId p : lease.path) {
+      if (p >= capacity || nodes[p].state != PageState::kCached) {
+        return fail("lease ", id, " pins page ", p, " that is not cached");
+      }
+      if (nodes[p].parent != parent) {
+        return fail("lease ", id, " path is not a root path at page ", p);
+      }
+      parent = p;
+      ++pins[p];
+    }
+    for (PageId p : lease.writing) {
+      if (p >= capacity) return fail("lease ", id, " owns bad page ", p);
+      if (nodes[p].state == PageState::kWriting) {
+        if (owned[p]++) return fail("page ", p, " owned by two leases");
+        ++lease_writing;
+      }
+    }
+  }
+  if (lease_writing != n_writing) {
+    return fail(n_writing, " pages are writing, leases own ", lease_writing);
+  }
+  for (PageId p = 0; p < capacity; ++p) {
+    if (nodes[p].state == PageState::kCached && nodes[p].refs != pins[p]) {
+      return fail("page ", p, " refcount ", nodes[p].refs, " != ", pins[p],
+                  " lease pins");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace radixkv

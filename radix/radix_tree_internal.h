@@ -1,0 +1,205 @@
+// File: radix/radix_tree_internal.h
+//
+// Private to radix_tree*.cc: the node layout, the key index, the lease record
+// and RadixTree::Impl. Not part of the library's interface; include only from
+// radix/radix_tree*.cc.
+//
+// Storage
+//   nodes[p] describes page p whatever its state; for a CACHED page it is
+//   the tree node of the block stored there (48 bytes). Slot `capacity` is
+//   the sentinel of the recency list. The key index is a flat_hash_set of
+//   page ids whose hasher and equality read nodes[p].key, so a lookup by
+//   BlockKey is heterogeneous and the index costs ~5-10 bytes per block.
+//   Token copies live in one arena of capacity * page_size uint32s, allocated
+//   uninitialised on the first RegisterNamespace so the OS commits it lazily.
+//
+// Lists threaded through Node::lru_prev / lru_next
+//   * the recency list: exactly the CACHED nodes with refs == 0, oldest
+//     first after the sentinel. Invariant: a node is older than its parent
+//     (or its parent is pinned), so the oldest entry is an unpinned leaf.
+//   * the free list: FREE pages, singly linked through lru_next, LIFO.
+//
+// Leases
+//   A lease pins one root path (matched nodes, then the canonical node of
+//   each committed block) and owns its WRITING pages. Committed pages that
+//   became nodes turn CACHED; duplicate and collided pages stay WRITING until
+//   the lease ends and are then freed. Because every lease pins a whole root
+//   path, refs(parent) >= refs(child) always holds.
+//
+// Thread safety: every field of Impl except the constants is guarded by
+// Impl::mu; helpers state their lock requirement.
+#ifndef RADIXKV_RADIX_RADIX_TREE_INTERNAL_H_
+#define RADIXKV_RADIX_RADIX_TREE_INTERNAL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "radix/radix_tree.h"
+
+namespace radixkv {
+namespace radix_internal {
+
+// One per page. Fields beyond `state` are meaningful only for CACHED pages,
+// except lru_next, which also links the free list.
+struct Node {
+  BlockKey key;
+  PageId parent = kNoPage;   // kNoPage: first block of its prompt
+  uint32_t refs = 0;         // leases pinning this node
+  uint32_t children = 0;     // cached nodes whose parent is this one
+  PageId lru_prev = kNoPage;
+  PageId lru_next = kNoPage;
+  uint32_t last_used = 0;    // seconds since the tree's epoch
+  NamespaceId ns = 0;
+  PageState state = PageState::kFree;
+  bool has_tokens = false;   // stored tokens valid (false: key mode)
+};
+static_assert(sizeof(Node) <= 48, "keep the node within 48 bytes");
+
+// Mixes a key into a 64-bit hash. Keys are uniform already, but tests (and
+// key-mode clients) may send low-entropy hand-made keys.
+inline size_t MixKey(const BlockKey& k) {
+  uint64_t h = k.lo ^ (k.hi * 0x9e3779b97f4a7c15ull);
+  h ^= h >> 32;
+  h *= 0xd6e8feb86659fd93ull;
+  h ^= h >> 32;
+  return static_cast<size_t>(h);
+}
+
+// Transparent hasher / equality over page ids that read the node array.
+struct PageHash {
+  using is_transparent = void;
+  const Node* nodes = nullptr;
+  size_t operator()(PageId p) const { return MixKey(nodes[p].key); }
+  size_t operator()(const BlockKey& k) const { return MixKey(k); }
+};
+struct PageEq {
+  using is_transparent = void;
+  const Node* nodes = nullptr;
+  bool operator()(PageId a, PageId b) const { return a == b; }
+  bool operator()(PageId a, const BlockKey& k) const {
+    return nodes[a].key == k;
+  }
+  bool operator()(const BlockKey& k, PageId a) const {
+    return nodes[a].key == k;
+  }
+};
+using KeyIndex = absl::flat_hash_set<PageId, PageHash, PageEq>;
+
+struct Lease {
+  NamespaceId ns = 0;
+  uint32_t matched = 0;         // matched blocks at Acquire
+  bool has_tokens = false;
+  bool broken = false;          // a commit collided; later blocks are orphans
+  uint32_t committed = 0;       // writing[0 .. committed) were committed
+  std::vector<PageId> path;     // pinned nodes, root first
+  std::vector<PageId> writing;  // allocated pages in block order
+  std::vector<BlockKey> keys;   // keys of those blocks
+};
+
+struct Namespace {
+  NamespaceSpec spec;
+  BlockKey root;
+  uint64_t cached_blocks = 0;
+};
+
+}  // namespace radix_internal
+
+struct RadixTree::Impl {
+  using Node = radix_internal::Node;
+  using Lease = radix_internal::Lease;
+  using Namespace = radix_internal::Namespace;
+  using KeyIndex = radix_internal::KeyIndex;
+
+  explicit Impl(const RadixTreeOptions& o);
+
+  // --- helpers; all REQUIRE mu held -------------------------------------
+  uint32_t NowSeconds() const {
+    return static_cast<uint32_t>(
+        absl::ToInt64Seconds(absl::Now() - epoch));
+  }
+  double AgeSeconds(const Node& n) const {
+    const uint32_t now = NowSeconds();
+    return now >= n.last_used ? static_cast<double>(now - n.last_used) : 0.0;
+  }
+  const uint32_t* TokensOf(PageId p) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return token_arena.get() + size_t{p} * arena_page_size;
+  }
+  uint32_t* MutableTokensOf(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return token_arena.get() + size_t{p} * arena_page_size;
+  }
+  absl::Status ValidateRequest(const char* op, NamespaceId ns,
+                               absl::Span<const BlockKey> keys,
+                               absl::Span<const uint32_t> tokens) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // Walks keys from the root; returns matched pages (verified), counting a
+  // rejected hit in *collisions.
+  void MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
+                 absl::Span<const uint32_t> tokens, std::vector<PageId>* out,
+                 uint32_t* collisions) const ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // Whether the cached node at `p` is block `i` of this request.
+  bool Verifies(PageId p, NamespaceId ns, PageId parent,
+                absl::Span<const uint32_t> block_tokens) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
+
+  void LruRemove(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void LruAppend(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void Pin(PageId p, uint32_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void Unpin(PageId p, uint32_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  PageId PopFree() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void PushFree(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Evicts the oldest unpinned leaf; false when none is unpinned.
+  bool EvictOne() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void RememberEviction(const BlockKey& k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  BlockKey ParentKey(const Node& n) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return n.parent == kNoPage ? namespaces[n.ns].root : nodes[n.parent].key;
+  }
+  void EndLease(Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void FlushEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status CheckLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu);
+
+  const uint32_t capacity;
+  const uint32_t max_page_size;
+  const uint32_t remembered_evictions;
+  EventListener* const listener;
+  const absl::Time epoch;
+  const PageId sentinel;  // == capacity
+
+  mutable absl::Mutex mu;
+  // mu protects the following state.
+  // capacity + 1 nodes (the last is the recency-list sentinel); never
+  // reallocated, so the key index may hold a pointer to it.
+  std::unique_ptr<Node[]> nodes ABSL_GUARDED_BY(mu);
+  KeyIndex index ABSL_GUARDED_BY(mu);
+  std::unique_ptr<uint32_t[]> token_arena ABSL_GUARDED_BY(mu);
+  uint32_t arena_page_size ABSL_GUARDED_BY(mu) = 0;  // 0: no arena yet
+  PageId free_head ABSL_GUARDED_BY(mu) = kNoPage;
+  uint64_t free_count ABSL_GUARDED_BY(mu) = 0;
+  uint64_t writing_count ABSL_GUARDED_BY(mu) = 0;
+  uint64_t cached_count ABSL_GUARDED_BY(mu) = 0;
+  uint64_t pinned_count ABSL_GUARDED_BY(mu) = 0;
+  std::vector<Namespace> namespaces ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<BlockKey, NamespaceId> ns_by_root ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<LeaseId, Lease> leases ABSL_GUARDED_BY(mu);
+  LeaseId next_lease ABSL_GUARDED_BY(mu) = 1;
+  // Recently evicted keys (FIFO, bounded) with a multiplicity map for lookup.
+  std::deque<BlockKey> evicted_fifo ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<BlockKey, uint32_t> evicted_set ABSL_GUARDED_BY(mu);
+  std::vector<TreeEvent> pending_events ABSL_GUARDED_BY(mu);
+  TreeStats stats ABSL_GUARDED_BY(mu);  // counters only; gauges computed
+  // Match runs under a shared lock, so its counter is atomic.
+  mutable std::atomic<uint64_t> matches{0};
+};
+
+}  // namespace radixkv
+
+#endif  // RADIXKV_RADIX_RADIX_TREE_INTERNAL_H_
