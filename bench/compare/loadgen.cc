@@ -1,0 +1,490 @@
+// File: bench/compare/loadgen.cc
+//
+// loadgen: an asynchronous gRPC load generator for radixkvd that drives one
+// method at a time with pre-serialized request bodies, so the client-side
+// cost is the same whichever method is measured:
+//
+//   health        grpc.health.v1.Health/Check (the daemon's empty handler)
+//   match         KvCache/Match of a cached prompt (read-only, no session)
+//   acquire       KvCache/Acquire(allocate=false) of a cached prompt; each
+//                 returned lease is ended with a Release before that slot
+//                 sends its next Acquire (latency and rate count Acquire only,
+//                 rpcs_per_second counts both)
+//   acquire_miss  KvCache/Acquire(allocate=false) of a never-cached prompt
+//                 (no lease is created, so no Release is needed)
+//
+// Closed loop (--rate=0): --connections channels (one HTTP/2 connection and
+// one Session each) x --inflight outstanding calls, re-issued on completion.
+// Open loop (--rate=R): a pacer sends R requests/s round-robin over the
+// connections; latency is measured from the scheduled send time, so a slow
+// server cannot hide queueing (no coordinated omission).
+//
+//   loadgen --endpoint=unix:/tmp/rkv.sock --method=acquire --connections=4
+//           --inflight=16 --duration=5 --json
+//
+// Thread safety: completions run on gRPC's callback threads; the only shared
+// mutable state is the latency log (a mutex) and atomics.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "radixkv/v1/radixkv.grpc.pb.h"
+#include "radixkv/v1/radixkv.pb.h"
+
+ABSL_FLAG(std::string, endpoint, "", "gRPC target, e.g. unix:/tmp/rkv.sock");
+ABSL_FLAG(std::string, method, "health",
+          "health | match | acquire | acquire_miss");
+ABSL_FLAG(int32_t, connections, 4, "channels (HTTP/2 connections, sessions)");
+ABSL_FLAG(int32_t, inflight, 16, "closed loop: outstanding calls per connection");
+ABSL_FLAG(double, rate, 0, "open loop: offered requests/s in total (0 = closed loop)");
+ABSL_FLAG(double, duration, 5, "measured seconds");
+ABSL_FLAG(double, warmup, 1, "seconds before measuring");
+ABSL_FLAG(uint32_t, prompt_blocks, 128, "full blocks in the prompt");
+ABSL_FLAG(uint32_t, page_size, 16, "tokens per block");
+ABSL_FLAG(std::string, label, "", "free-form label copied into the output");
+ABSL_FLAG(bool, json, false, "print one JSON object");
+
+namespace radixkv::bench {
+namespace {
+
+namespace pb = ::radixkv::v1;
+using Clock = std::chrono::steady_clock;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             Clock::now().time_since_epoch())
+      .count();
+}
+
+grpc::ByteBuffer Serialize(const google::protobuf::Message& m) {
+  grpc::ByteBuffer buf;
+  bool own = false;
+  grpc::Status s = grpc::GenericSerialize<grpc::ProtoBufferWriter,
+                                          google::protobuf::Message>(m, &buf, &own);
+  if (!s.ok()) {
+    std::cerr << "Error: serialize: " << s.error_message() << "\n";
+    std::exit(1);
+  }
+  return buf;
+}
+
+template <typename M>
+bool Parse(grpc::ByteBuffer* buf, M* m) {
+  return grpc::GenericDeserialize<grpc::ProtoBufferReader, M>(buf, m).ok();
+}
+
+pb::Namespace BenchNamespace(uint32_t page_size) {
+  pb::Namespace ns;
+  const std::string model = "radixkv-loadgen";
+  ns.set_model(model.data(), model.size());
+  ns.set_num_layers(32);
+  ns.set_num_kv_heads(8);
+  ns.set_head_dim(128);
+  ns.set_page_size(page_size);
+  ns.set_dtype(pb::DTYPE_BFLOAT16);
+  ns.set_tp_size(1);
+  return ns;
+}
+
+void FillPrompt(uint32_t blocks, uint32_t page_size, uint32_t base,
+                google::protobuf::RepeatedField<uint32_t>* tokens) {
+  tokens->Clear();
+  for (uint32_t i = 0; i < blocks * page_size; ++i) tokens->Add(base + i);
+}
+
+struct Options {
+  std::string endpoint;
+  std::string method;
+  int connections = 4;
+  int inflight = 16;
+  double rate = 0;
+  double duration = 5;
+  double warmup = 1;
+  uint32_t prompt_blocks = 128;
+  uint32_t page_size = 16;
+};
+
+// One channel, and for acquire* one open Session stream.
+struct Conn {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<grpc::GenericStub> generic;
+  std::unique_ptr<pb::KvCache::Stub> typed;
+  std::unique_ptr<grpc::ClientContext> session_ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<pb::SessionRequest, pb::SessionResponse>>
+      session;
+  std::string session_id;
+  grpc::ByteBuffer request;  // the pre-serialized body for this connection
+};
+
+class LoadGen {
+ public:
+  explicit LoadGen(const Options& o) : o_(o) {}
+
+  ~LoadGen() {
+    for (auto& c : conns_) {
+      if (c->session != nullptr) {
+        c->session->WritesDone();
+        grpc::Status ignored = c->session->Finish();
+        (void)ignored;
+      }
+    }
+  }
+
+  absl::Status Setup() {
+    if (o_.method == "health") {
+      path_ = "/grpc.health.v1.Health/Check";
+    } else if (o_.method == "match") {
+      path_ = "/radixkv.v1.KvCache/Match";
+    } else if (o_.method == "acquire" || o_.method == "acquire_miss") {
+      path_ = "/radixkv.v1.KvCache/Acquire";
+      release_leases_ = o_.method == "acquire";
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--method must be health, match, acquire or acquire_miss; got '",
+          o_.method, "'"));
+    }
+    if (o_.connections < 1 || o_.inflight < 1) {
+      return absl::InvalidArgumentError("--connections and --inflight must be >= 1");
+    }
+    if (o_.prompt_blocks < 1 || o_.page_size < 1) {
+      return absl::InvalidArgumentError("--prompt_blocks and --page_size must be >= 1");
+    }
+    const bool needs_session = o_.method != "health";
+    for (int i = 0; i < o_.connections; ++i) {
+      auto c = std::make_unique<Conn>();
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      c->channel = grpc::CreateCustomChannel(
+          o_.endpoint, grpc::InsecureChannelCredentials(), args);
+      c->generic = std::make_unique<grpc::GenericStub>(c->channel);
+      c->typed = pb::KvCache::NewStub(c->channel);
+      if (!c->channel->WaitForConnected(std::chrono::system_clock::now() +
+                                        std::chrono::seconds(10))) {
+        return absl::UnavailableError(
+            absl::StrCat("cannot connect to ", o_.endpoint, " within 10 s"));
+      }
+      if (needs_session) {
+        c->session_ctx = std::make_unique<grpc::ClientContext>();
+        c->session = c->typed->Session(c->session_ctx.get());
+        pb::SessionRequest open;
+        *open.mutable_open()->mutable_namespace_() = BenchNamespace(o_.page_size);
+        const std::string name = absl::StrCat("loadgen-", i);
+        open.mutable_open()->set_client_name(name.data(), name.size());
+        open.mutable_open()->set_block_key_version(1);
+        pb::SessionResponse resp;
+        if (!c->session->Write(open) || !c->session->Read(&resp) ||
+            !resp.has_session()) {
+          grpc::Status s = c->session->Finish();
+          c->session.reset();
+          return absl::UnavailableError(
+              absl::StrCat("Session open failed: ", s.error_message()));
+        }
+        c->session_id = resp.session().session_id();
+      }
+      conns_.push_back(std::move(c));
+    }
+    // Cache the prompt once (Acquire allocate + Commit release) so that
+    // match and acquire hit all prompt_blocks blocks.
+    if (o_.method == "match" || o_.method == "acquire") {
+      Conn& c = *conns_[0];
+      pb::AcquireRequest req;
+      req.set_session_id(c.session_id);
+      req.set_allocate(true);
+      FillPrompt(o_.prompt_blocks, o_.page_size, 1, req.mutable_tokens());
+      pb::AcquireResponse resp;
+      grpc::ClientContext ctx;
+      grpc::Status s = c.typed->Acquire(&ctx, req, &resp);
+      if (!s.ok()) return absl::InternalError("warm-up Acquire: " + s.error_message());
+      if (resp.lease_id() != 0) {
+        pb::CommitRequest commit;
+        commit.set_session_id(c.session_id);
+        commit.set_lease_id(resp.lease_id());
+        commit.set_blocks(resp.new_blocks());
+        commit.set_release(true);
+        pb::CommitResponse cresp;
+        grpc::ClientContext cctx;
+        s = c.typed->Commit(&cctx, commit, &cresp);
+        if (!s.ok()) return absl::InternalError("warm-up Commit: " + s.error_message());
+      }
+      // Check the prompt is now fully cached.
+      pb::MatchRequest m;
+      *m.mutable_namespace_() = BenchNamespace(o_.page_size);
+      FillPrompt(o_.prompt_blocks, o_.page_size, 1, m.mutable_tokens());
+      pb::MatchResponse mresp;
+      grpc::ClientContext mctx;
+      s = c.typed->Match(&mctx, m, &mresp);
+      if (!s.ok()) return absl::InternalError("warm-up Match: " + s.error_message());
+      if (mresp.matched_blocks() != o_.prompt_blocks) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "prompt not cached after warm-up: matched ", mresp.matched_blocks(),
+            " of ", o_.prompt_blocks, " blocks (pool too small?)"));
+      }
+    }
+    for (auto& c : conns_) {
+      if (o_.method == "health") {
+        c->request = grpc::ByteBuffer();  // empty HealthCheckRequest
+      } else if (o_.method == "match") {
+        pb::MatchRequest m;
+        *m.mutable_namespace_() = BenchNamespace(o_.page_size);
+        FillPrompt(o_.prompt_blocks, o_.page_size, 1, m.mutable_tokens());
+        c->request = Serialize(m);
+      } else {
+        pb::AcquireRequest a;
+        a.set_session_id(c->session_id);
+        a.set_allocate(false);
+        // acquire_miss: tokens far away from anything cached.
+        const uint32_t base = o_.method == "acquire" ? 1 : 0x40000000u;
+        FillPrompt(o_.prompt_blocks, o_.page_size, base, a.mutable_tokens());
+        c->request = Serialize(a);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  void Run() {
+    const int64_t t0 = NowNs();
+    measure_from_ = t0 + static_cast<int64_t>(o_.warmup * 1e9);
+    measure_to_ = measure_from_ + static_cast<int64_t>(o_.duration * 1e9);
+    if (o_.rate <= 0) {
+      for (int i = 0; i < o_.connections; ++i) {
+        for (int j = 0; j < o_.inflight; ++j) Issue(NewCall(conns_[i].get(), NowNs()));
+      }
+      while (NowNs() < measure_to_) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    } else {
+      const double interval_ns = 1e9 / o_.rate;
+      for (uint64_t n = 0;; ++n) {
+        const int64_t due = t0 + static_cast<int64_t>(n * interval_ns);
+        if (due >= measure_to_) break;
+        int64_t now = NowNs();
+        if (due - now > 200000) {
+          std::this_thread::sleep_for(std::chrono::nanoseconds(due - now - 100000));
+        }
+        while ((now = NowNs()) < due) {
+        }
+        if (inflight_.load() > 100000) continue;  // server hopelessly behind
+        Issue(NewCall(conns_[n % conns_.size()].get(), due));
+      }
+    }
+    stop_.store(true);
+    // Wait for every outstanding call (each has a deadline) to complete.
+    while (inflight_.load() > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  void Print(bool json, const std::string& label) {
+    absl::MutexLock l(&mu_);
+    std::sort(latency_ns_.begin(), latency_ns_.end());
+    auto pct = [&](double q) {
+      if (latency_ns_.empty()) return 0.0;
+      size_t rank = static_cast<size_t>(std::ceil(q * latency_ns_.size()));
+      rank = std::clamp<size_t>(rank, 1, latency_ns_.size());
+      return latency_ns_[rank - 1] / 1e3;
+    };
+    const double secs = o_.duration;
+    const double rps = completed_ / secs;
+    const double rpcs = (completed_ + releases_) / secs;
+    if (json) {
+      std::cout << absl::StrFormat(
+          "{\"label\": \"%s\", \"method\": \"%s\", \"connections\": %d, "
+          "\"inflight\": %d, \"offered_rate\": %.0f, \"seconds\": %.2f, "
+          "\"completed\": %d, \"requests_per_second\": %.1f, "
+          "\"rpcs_per_second\": %.1f, \"errors\": %d, \"p50_us\": %.1f, "
+          "\"p90_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
+          "\"max_us\": %.1f, \"first_error\": \"%s\"}\n",
+          label, o_.method, o_.connections, o_.rate > 0 ? 0 : o_.inflight,
+          o_.rate, secs, completed_, rps, rpcs, errors_, pct(0.5), pct(0.9),
+          pct(0.99), pct(0.999), latency_ns_.empty() ? 0.0 : latency_ns_.back() / 1e3,
+          first_error_);
+    } else {
+      std::cout << absl::StrFormat(
+          "%s method=%s connections=%d %s: %.1f req/s (%.1f rpc/s), errors %d, "
+          "latency p50 %.1f us p90 %.1f us p99 %.1f us p99.9 %.1f us%s%s\n",
+          label, o_.method, o_.connections,
+          o_.rate > 0 ? absl::StrFormat("offered=%.0f/s", o_.rate)
+                      : absl::StrFormat("inflight=%d", o_.inflight),
+          rps, rpcs, errors_, pct(0.5), pct(0.9), pct(0.99), pct(0.999),
+          first_error_.empty() ? "" : ", first error: ", first_error_);
+    }
+  }
+
+  uint64_t errors() {
+    absl::MutexLock l(&mu_);
+    return errors_;
+  }
+
+ private:
+  struct Call {
+    Conn* conn = nullptr;
+    int64_t start_ns = 0;  // send time (closed loop) or scheduled time (open loop)
+    std::unique_ptr<grpc::ClientContext> ctx;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
+  };
+
+  static Call* NewCall(Conn* conn, int64_t start_ns) {
+    Call* call = new Call;
+    call->conn = conn;
+    call->start_ns = start_ns;
+    return call;
+  }
+
+  static std::unique_ptr<grpc::ClientContext> NewContext() {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return ctx;
+  }
+
+  void Issue(Call* call) {
+    inflight_.fetch_add(1);
+    call->ctx = NewContext();
+    call->request = call->conn->request;
+    call->conn->generic->UnaryCall(
+        call->ctx.get(), path_, grpc::StubOptions(), &call->request,
+        &call->response, [this, call](grpc::Status s) { OnDone(call, s); });
+  }
+
+  void Record(int64_t start, int64_t end, const grpc::Status& s) {
+    if (end < measure_from_ || end > measure_to_) return;
+    absl::MutexLock l(&mu_);
+    if (!s.ok()) {
+      if (errors_++ == 0) {
+        first_error_ = absl::StrCat(s.error_code(), " ", s.error_message());
+      }
+      return;
+    }
+    ++completed_;
+    latency_ns_.push_back(end - start);
+  }
+
+  void OnDone(Call* call, const grpc::Status& s) {
+    const int64_t end = NowNs();
+    Record(call->start_ns, end, s);
+    if (s.ok() && release_leases_) {
+      pb::AcquireResponse resp;
+      if (Parse(&call->response, &resp) && resp.lease_id() != 0) {
+        auto* rel = new ReleaseCall;
+        rel->call = call;
+        rel->ctx = NewContext();
+        pb::ReleaseRequest req;
+        req.set_session_id(call->conn->session_id);
+        req.set_lease_id(resp.lease_id());
+        rel->request = Serialize(req);
+        call->conn->generic->UnaryCall(
+            rel->ctx.get(), "/radixkv.v1.KvCache/Release", grpc::StubOptions(),
+            &rel->request, &rel->response,
+            [this, rel](grpc::Status rs) { OnReleased(rel, rs); });
+        return;
+      }
+    }
+    Next(call);
+  }
+
+  struct ReleaseCall {
+    Call* call = nullptr;
+    std::unique_ptr<grpc::ClientContext> ctx;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
+  };
+
+  void OnReleased(ReleaseCall* rel, const grpc::Status& s) {
+    const int64_t end = NowNs();
+    Call* call = rel->call;
+    delete rel;
+    if (end >= measure_from_ && end <= measure_to_) {
+      absl::MutexLock l(&mu_);
+      if (s.ok()) {
+        ++releases_;
+      } else if (errors_++ == 0) {
+        first_error_ = absl::StrCat("Release: ", s.error_code(), " ", s.error_message());
+      }
+    }
+    Next(call);
+  }
+
+  // Closed loop: re-issue on the same connection; open loop: done.
+  void Next(Call* call) {
+    if (o_.rate <= 0 && !stop_.load() && NowNs() < measure_to_) {
+      inflight_.fetch_sub(1);
+      call->start_ns = NowNs();
+      Issue(call);
+      return;
+    }
+    delete call;
+    inflight_.fetch_sub(1);
+  }
+
+  const Options o_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::string path_;
+  bool release_leases_ = false;
+  int64_t measure_from_ = 0;
+  int64_t measure_to_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> inflight_{0};
+
+  absl::Mutex mu_;  // protects the following
+  std::vector<int64_t> latency_ns_ ABSL_GUARDED_BY(mu_);
+  uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t releases_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t errors_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string first_error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+}  // namespace radixkv::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "gRPC load generator for radixkvd: --method=health|match|acquire|acquire_miss");
+  absl::ParseCommandLine(argc, argv);
+  radixkv::bench::Options o;
+  o.endpoint = absl::GetFlag(FLAGS_endpoint);
+  o.method = absl::GetFlag(FLAGS_method);
+  o.connections = absl::GetFlag(FLAGS_connections);
+  o.inflight = absl::GetFlag(FLAGS_inflight);
+  o.rate = absl::GetFlag(FLAGS_rate);
+  o.duration = absl::GetFlag(FLAGS_duration);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.prompt_blocks = absl::GetFlag(FLAGS_prompt_blocks);
+  o.page_size = absl::GetFlag(FLAGS_page_size);
+  if (o.endpoint.empty()) {
+    std::cerr << "Error: --endpoint is required (e.g. unix:/tmp/rkv.sock)\n";
+    return 3;
+  }
+  if (!(o.duration > 0) || o.warmup < 0 || o.rate < 0) {
+    std::cerr << "Error: --duration must be > 0, --warmup and --rate >= 0\n";
+    return 3;
+  }
+  radixkv::bench::LoadGen gen(o);
+  absl::Status s = gen.Setup();
+  if (!s.ok()) {
+    std::cerr << "Error: " << s << "\n";
+    return s.code() == absl::StatusCode::kInvalidArgument ? 3 : 1;
+  }
+  gen.Run();
+  gen.Print(absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_label));
+  return gen.errors() == 0 ? 0 : 1;
+}
