@@ -1,0 +1,381 @@
+#include "client/client.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/core.h"
+#include "client/status.h"
+#include "grpcpp/client_context.h"
+#include "radix/status_macros.h"
+#include "radixkv/defaults.h"
+
+#if defined(RADIXKV_CLIENT_HAVE_ATTACH)
+#include "gpu/mapped_pool.h"
+#endif
+
+namespace radixkv {
+namespace {
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+// Errors that mean the request itself is wrong: the worker must hear about
+// them. Everything else (unreachable, late, daemon trouble) degrades.
+bool IsCallerError(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kInvalidArgument ||
+         s.code() == absl::StatusCode::kFailedPrecondition ||
+         s.code() == absl::StatusCode::kOutOfRange;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> GrpcTargetForEndpoint(absl::string_view endpoint) {
+  if (endpoint.empty()) return UnixTarget(DefaultSocketPath());
+  if (endpoint[0] == '/' || absl::StartsWith(endpoint, "./") ||
+      absl::StartsWith(endpoint, "../")) {
+    return UnixTarget(std::string(endpoint));
+  }
+  if (absl::StartsWith(endpoint, "unix:")) {
+    if (endpoint.size() == 5) {
+      return absl::InvalidArgumentError(
+          "endpoint: \"unix:\" needs a socket path, e.g. unix:/tmp/r.sock");
+    }
+    return std::string(endpoint);
+  }
+  // Other gRPC URI schemes (dns:, ipv4:, ipv6:, unix-abstract:) pass through.
+  for (absl::string_view scheme :
+       {"dns:", "ipv4:", "ipv6:", "unix-abstract:", "vsock:"}) {
+    if (absl::StartsWith(endpoint, scheme)) return std::string(endpoint);
+  }
+  // host:port, [v6]:port
+  const size_t colon = endpoint.rfind(':');
+  uint32_t port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(endpoint.substr(colon + 1), &port) || port == 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "endpoint: \"", endpoint,
+        "\" is not a socket path (/path, unix:/path) or host:port with a port "
+        "in 1..65535"));
+  }
+  return std::string(endpoint);
+}
+
+v1::Namespace ToProto(const NamespaceSpec& spec) {
+  v1::Namespace ns;
+  ns.set_model(spec.model.data(), spec.model.size());
+  ns.set_model_revision(spec.model_revision.data(),
+                        spec.model_revision.size());
+  ns.set_lora(spec.lora.data(), spec.lora.size());
+  ns.set_cache_salt(spec.cache_salt.data(), spec.cache_salt.size());
+  ns.set_num_layers(spec.num_layers);
+  ns.set_num_kv_heads(spec.num_kv_heads);
+  ns.set_head_dim(spec.head_dim);
+  ns.set_page_size(spec.page_size);
+  ns.set_dtype(static_cast<v1::DType>(spec.dtype));
+  ns.set_tp_rank(spec.tp_rank);
+  ns.set_tp_size(spec.tp_size);
+  return ns;
+}
+
+NamespaceSpec FromProto(const v1::Namespace& ns) {
+  NamespaceSpec spec;
+  spec.model = ns.model();
+  spec.model_revision = ns.model_revision();
+  spec.lora = ns.lora();
+  spec.cache_salt = ns.cache_salt();
+  spec.num_layers = ns.num_layers();
+  spec.num_kv_heads = ns.num_kv_heads();
+  spec.head_dim = ns.head_dim();
+  spec.page_size = ns.page_size();
+  spec.dtype = static_cast<DType>(ns.dtype());
+  spec.tp_rank = ns.tp_rank();
+  // The wire reads tp_size 0 as 1.
+  spec.tp_size = ns.tp_size() == 0 ? 1 : ns.tp_size();
+  return spec;
+}
+
+absl::Status ValidateNamespaceSpec(const NamespaceSpec& spec) {
+  auto positive = [](const char* field, uint32_t v) {
+    return v == 0 ? absl::InvalidArgumentError(absl::StrCat(
+                        "namespace.", field, " must be at least 1, got 0"))
+                  : absl::OkStatus();
+  };
+  RETURN_IF_ERROR(positive("num_layers", spec.num_layers));
+  RETURN_IF_ERROR(positive("num_kv_heads", spec.num_kv_heads));
+  RETURN_IF_ERROR(positive("head_dim", spec.head_dim));
+  RETURN_IF_ERROR(positive("page_size", spec.page_size));
+  if (DTypeBytes(spec.dtype) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("namespace.dtype: unknown or unspecified dtype value ",
+                     static_cast<uint32_t>(spec.dtype)));
+  }
+  const uint32_t tp_size = spec.tp_size == 0 ? 1 : spec.tp_size;
+  if (spec.tp_rank >= tp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("namespace.tp_rank (", spec.tp_rank,
+                     ") must be below namespace.tp_size (", tp_size, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Lease
+// ---------------------------------------------------------------------------
+
+Lease::Lease(Lease&& other) noexcept { *this = std::move(other); }
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this == &other) return *this;
+  ReleaseBestEffort();
+  core_ = std::move(other.core_);
+  pool_ = std::move(other.pool_);
+  session_id_ = std::move(other.session_id_);
+  session_generation_ = other.session_generation_;
+  lease_id_ = std::exchange(other.lease_id_, 0);
+  degraded_ = other.degraded_;
+  total_blocks_ = other.total_blocks_;
+  matched_blocks_ = other.matched_blocks_;
+  matched_tokens_ = other.matched_tokens_;
+  new_blocks_ = other.new_blocks_;
+  committed_blocks_ = other.committed_blocks_;
+  pages_ = std::move(other.pages_);
+  return *this;
+}
+
+Lease::~Lease() { ReleaseBestEffort(); }
+
+void Lease::ReleaseBestEffort() {
+  if (lease_id_ == 0) return;
+  // Errors are deliberately ignored: the daemon also ends the lease with the
+  // session or at its TTL.
+  absl::Status ignored = Release();
+  (void)ignored;
+  lease_id_ = 0;
+}
+
+void* Lease::page_address(size_t i) const {
+#if defined(RADIXKV_CLIENT_HAVE_ATTACH)
+  if (pool_ == nullptr || i >= pages_.size()) return nullptr;
+  return pool_->page_address(pages_[i]);
+#else
+  (void)i;
+  return nullptr;
+#endif
+}
+
+absl::StatusOr<v1::CommitResponse> Lease::Commit(uint32_t blocks,
+                                                 bool release) {
+  if (lease_id_ == 0) {
+    return absl::FailedPreconditionError(
+        degraded_ ? "Lease::Commit: degraded lease holds no pages"
+                  : "Lease::Commit: lease is not held");
+  }
+  if (blocks > uncommitted_blocks()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Lease::Commit: blocks (", blocks, ") exceeds the lease's ",
+        uncommitted_blocks(), " uncommitted new pages"));
+  }
+  if (!core_->IsCurrent(session_generation_)) {
+    lease_id_ = 0;  // the daemon dropped it with the session
+    return absl::UnavailableError(
+        "Lease::Commit: the session of this lease ended (daemon restart); "
+        "the pages were not cached");
+  }
+  v1::CommitRequest req;
+  req.set_session_id(session_id_);
+  req.set_lease_id(lease_id_);
+  req.set_blocks(blocks);
+  req.set_release(release);
+  v1::CommitResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, core_->options().call_timeout);
+  absl::Status s = FromGrpcStatus(core_->stub()->Commit(&ctx, req, &resp));
+  if (!s.ok()) {
+    if (s.code() == absl::StatusCode::kNotFound) lease_id_ = 0;
+    return s;
+  }
+  committed_blocks_ += blocks;
+  if (release || resp.released()) lease_id_ = 0;
+  return resp;
+}
+
+absl::Status Lease::Release() {
+  if (lease_id_ == 0) return absl::OkStatus();
+  const uint64_t id = std::exchange(lease_id_, 0);
+  if (!core_->IsCurrent(session_generation_)) return absl::OkStatus();
+  v1::ReleaseRequest req;
+  req.set_session_id(session_id_);
+  req.set_lease_id(id);
+  v1::ReleaseResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, core_->options().release_timeout);
+  absl::Status s = FromGrpcStatus(core_->stub()->Release(&ctx, req, &resp));
+  // NOT_FOUND: already gone (TTL, session end): the goal is reached.
+  if (s.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Client
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(
+    const ClientOptions& options) {
+  ASSIGN_OR_RETURN(std::string target,
+                   GrpcTargetForEndpoint(options.endpoint));
+  RETURN_IF_ERROR(ValidateNamespaceSpec(options.ns));
+  if (options.call_timeout <= absl::ZeroDuration() ||
+      options.connect_timeout <= absl::ZeroDuration() ||
+      options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.release_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "call_timeout, connect_timeout, heartbeat_interval and "
+        "release_timeout must be positive");
+  }
+  if (options.reconnect_initial_backoff <= absl::ZeroDuration() ||
+      options.reconnect_max_backoff < options.reconnect_initial_backoff) {
+    return absl::InvalidArgumentError(
+        "reconnect_initial_backoff must be positive and at most "
+        "reconnect_max_backoff");
+  }
+#if !defined(RADIXKV_CLIENT_HAVE_ATTACH)
+  if (options.attach_pool) {
+    return absl::FailedPreconditionError(
+        "attach_pool: this build of the client has no pool attach support "
+        "(client/attach.cc)");
+  }
+#endif
+  auto core = std::make_shared<client_internal::Core>(options, target);
+  core->Start();
+  std::unique_ptr<Client> client(
+      new Client(options, NamespaceRoot(options.ns), std::move(core)));
+  if (options.initial_wait > absl::ZeroDuration()) {
+    // Not being connected yet is not an error: the client degrades.
+    absl::Status ignored = client->WaitForSession(options.initial_wait);
+    (void)ignored;
+  }
+  return client;
+}
+
+Client::Client(const ClientOptions& options, BlockKey root,
+               std::shared_ptr<client_internal::Core> core)
+    : options_(options), root_(root), core_(std::move(core)) {}
+
+Client::~Client() { core_->Stop(); }
+
+absl::StatusOr<Lease> Client::Acquire(absl::Span<const uint32_t> tokens,
+                                      const AcquireOptions& options) {
+  if (tokens.empty()) {
+    return absl::InvalidArgumentError("tokens: must hold at least 1 token");
+  }
+  v1::AcquireRequest req;
+  req.mutable_tokens()->Add(tokens.begin(), tokens.end());
+  req.set_allocate(options.allocate);
+  req.set_max_new_blocks(options.max_new_blocks);
+  return AcquireImpl(std::move(req), tokens.size() / options_.ns.page_size);
+}
+
+absl::StatusOr<Lease> Client::AcquireKeys(absl::Span<const BlockKey> keys,
+                                          const AcquireOptions& options) {
+  if (keys.empty()) {
+    return absl::InvalidArgumentError("block_keys: must hold at least 1 key");
+  }
+  v1::AcquireRequest req;
+  for (const BlockKey& k : keys) req.add_block_keys(k.ToCanonical());
+  req.set_allocate(options.allocate);
+  req.set_max_new_blocks(options.max_new_blocks);
+  return AcquireImpl(std::move(req), keys.size());
+}
+
+absl::StatusOr<Lease> Client::AcquireImpl(v1::AcquireRequest req,
+                                          uint32_t total_blocks) {
+  Lease lease;
+  lease.core_ = core_;
+  lease.total_blocks_ = total_blocks;
+  client_internal::SessionSnapshot session = core_->Current();
+  if (!session.usable) {
+    lease.degraded_ = true;
+    return lease;
+  }
+  req.set_session_id(session.session_id);
+  v1::AcquireResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.call_timeout);
+  absl::Status s = FromGrpcStatus(core_->stub()->Acquire(&ctx, req, &resp));
+  if (!s.ok()) {
+    if (IsCallerError(s)) return s;
+    if (s.code() == absl::StatusCode::kNotFound) {
+      core_->ReportSessionLost(session.generation);
+    }
+    lease.degraded_ = true;
+    return lease;
+  }
+  lease.session_id_ = std::move(session.session_id);
+  lease.session_generation_ = session.generation;
+  lease.pool_ = std::move(session.pool);
+  lease.lease_id_ = resp.lease_id();
+  lease.total_blocks_ = resp.total_blocks();
+  lease.matched_blocks_ = resp.matched_blocks();
+  lease.matched_tokens_ = resp.matched_tokens();
+  lease.new_blocks_ = resp.new_blocks();
+  lease.pages_.assign(resp.pages().begin(), resp.pages().end());
+  if (lease.pages_.size() !=
+      static_cast<size_t>(lease.matched_blocks_) + lease.new_blocks_) {
+    // A daemon bug; do not hand out pages we cannot account for.
+    lease.Release().IgnoreError();
+    return absl::InternalError(absl::StrCat(
+        "Acquire: daemon returned ", lease.pages_.size(), " pages for ",
+        lease.matched_blocks_, " matched + ", lease.new_blocks_, " new blocks"));
+  }
+  return lease;
+}
+
+absl::StatusOr<v1::MatchResponse> Client::Match(
+    absl::Span<const uint32_t> tokens) {
+  v1::MatchRequest req;
+  *req.mutable_namespace_() = ToProto(options_.ns);
+  req.mutable_tokens()->Add(tokens.begin(), tokens.end());
+  v1::MatchResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.call_timeout);
+  RETURN_IF_ERROR(FromGrpcStatus(core_->stub()->Match(&ctx, req, &resp)));
+  return resp;
+}
+
+absl::StatusOr<v1::MatchResponse> Client::MatchKeys(
+    absl::Span<const BlockKey> keys) {
+  v1::MatchRequest req;
+  *req.mutable_namespace_() = ToProto(options_.ns);
+  for (const BlockKey& k : keys) req.add_block_keys(k.ToCanonical());
+  v1::MatchResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_.call_timeout);
+  RETURN_IF_ERROR(FromGrpcStatus(core_->stub()->Match(&ctx, req, &resp)));
+  return resp;
+}
+
+std::vector<BlockKey> Client::ComputeKeys(
+    absl::Span<const uint32_t> tokens) const {
+  return ComputeBlockKeys(root_, options_.ns.page_size, tokens);
+}
+
+std::shared_ptr<gpu::MappedPool> Client::pool() const {
+  return core_->Current().pool;
+}
+
+bool Client::connected() const { return core_->Current().usable; }
+
+ClientState Client::state() const { return core_->State(); }
+
+absl::Status Client::WaitForSession(absl::Duration timeout) const {
+  return core_->WaitForSession(timeout);
+}
+
+}  // namespace radixkv

@@ -1,0 +1,123 @@
+// File: client/core.h
+//
+// client_internal::Core: the connection state behind a radixkv::Client and
+// its Leases (internal; not installed for consumers to call).
+//
+// It owns the gRPC channel and stubs and one background thread that keeps the
+// KvCache.Session stream open:
+//
+//   connect: start the stream, send `open`, wait up to connect_timeout for
+//            the SessionInfo; with attach_pool, map the pool (AttachPool)
+//   serve:   publish the session (connected, new generation), send a
+//            heartbeat every heartbeat_interval, and watch for the stream's
+//            end or 3 missed heartbeat acks
+//   end:     unpublish (disconnected), cancel the stream, wait with
+//            exponential backoff + jitter, connect again
+//
+// Each stream uses two threads: the session thread (waits, heartbeats) and a
+// reader thread that starts the call, writes `open` and reads responses, so
+// no blocking gRPC operation ever stops the session thread from enforcing
+// connect_timeout or shutting down (it cancels the call instead).
+//
+// Thread safety: thread-safe. mu_ guards all mutable state; no lock is held
+// across an RPC or an attach.
+#ifndef RADIXKV_CLIENT_CORE_H_
+#define RADIXKV_CLIENT_CORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "grpcpp/channel.h"
+#include "radixkv/v1/radixkv.grpc.pb.h"
+
+namespace radixkv::client_internal {
+
+// A consistent view of the current session, taken under the lock.
+struct SessionSnapshot {
+  bool usable = false;  // open (and pool mapped when attach_pool is set)
+  std::string session_id;
+  uint64_t generation = 0;
+  std::shared_ptr<gpu::MappedPool> pool;
+};
+
+class Core {
+ public:
+  // `target` is a gRPC target (GrpcTargetForEndpoint). Does not connect yet.
+  Core(const ClientOptions& options, const std::string& target);
+  // Stops the session thread (closing the session) if still running.
+  ~Core();
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  // Starts the session thread. Call once.
+  void Start();
+  // Closes the session and joins the thread; idempotent.
+  void Stop();
+
+  v1::KvCache::Stub* stub() const { return stub_.get(); }
+  const ClientOptions& options() const { return options_; }
+
+  SessionSnapshot Current() const;
+  // Whether the session `generation` is still the open one.
+  bool IsCurrent(uint64_t generation) const;
+  // The daemon no longer knows session `generation` (NOT_FOUND): drop the
+  // stream so that the session thread re-opens it. No-op for an old
+  // generation.
+  void ReportSessionLost(uint64_t generation);
+
+  ClientState State() const;
+  absl::Status WaitForSession(absl::Duration timeout) const;
+
+ private:
+  using Stream = grpc::ClientReaderWriter<v1::SessionRequest,
+                                          v1::SessionResponse>;
+
+  void Loop();
+  // One stream's life: connect, serve, end. Returns why it ended.
+  absl::Status RunSession();
+  void ReadLoop(Stream* stream, const v1::SessionRequest& open);
+  absl::Duration NextBackoff(absl::Duration base);
+
+  bool OpenedOrEnded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || stream_opened_ || stream_ended_;
+  }
+  bool EndedOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || stream_ended_;
+  }
+
+  const ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::KvCache::Stub> stub_;
+  std::thread thread_;  // the session thread; joined by Stop()
+  std::mt19937_64 rng_;  // session thread only
+
+  mutable absl::Mutex mu_;
+  // mu_ protects the following.
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  std::string session_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reconnects_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::PoolInfo pool_info_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<gpu::MappedPool> pool_ ABSL_GUARDED_BY(mu_);
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);
+  // The live stream's context (owned by RunSession), for cancellation.
+  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Per-stream state, reset by RunSession; written by the reader thread.
+  bool stream_opened_ ABSL_GUARDED_BY(mu_) = false;
+  bool stream_ended_ ABSL_GUARDED_BY(mu_) = false;
+  v1::SessionInfo stream_info_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_ack_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace radixkv::client_internal
+
+#endif  // RADIXKV_CLIENT_CORE_H_
