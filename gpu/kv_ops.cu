@@ -1,0 +1,130 @@
+// CUDA kernels of write_kv and copy_pages (see kv_ops.h). Page ids travel in
+// fixed-size kernel-parameter batches, so a launch needs no device
+// allocation and no host->device copy; long lists take several launches on
+// the same stream.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "gpu/kv_cuda_launch.h"
+#include "gpu/page_layout.h"
+
+namespace radixkv::gpu::cuda_kernels {
+namespace {
+
+constexpr int kIdsPerLaunch = 256;   // 2 KiB of kernel parameters
+constexpr int kPairsPerLaunch = 128;
+
+struct IdBatch {
+  uint64_t ids[kIdsPerLaunch];
+};
+struct PairBatch {
+  uint64_t src[kPairsPerLaunch];
+  uint64_t dst[kPairsPerLaunch];
+};
+
+// grid: x = token within the batch, y = layer, z = 0 (K) / 1 (V).
+// Each thread block moves num_kv_heads rows of one (token, layer, K|V) in
+// Word-sized units.
+template <typename Word>
+__global__ void WriteKvKernel(PageGeometry geom, const uint8_t* __restrict__ k,
+                              const uint8_t* __restrict__ v,
+                              uint32_t first_token, uint32_t layer_stride_tokens,
+                              uint8_t* __restrict__ base, IdBatch batch) {
+  const uint32_t t = first_token + blockIdx.x;  // token index in the source
+  const uint32_t layer = blockIdx.y;
+  const uint32_t kv = blockIdx.z;
+  const uint32_t local_page = blockIdx.x / geom.page_size;
+  const uint32_t slot = t % geom.page_size;
+  const size_t row_words = size_t{geom.head_dim} * geom.elem_bytes / sizeof(Word);
+  const size_t token_words = row_words * geom.num_kv_heads;
+  const Word* src = reinterpret_cast<const Word*>(kv == 0 ? k : v) +
+                    (size_t{layer} * layer_stride_tokens + t) * token_words;
+  uint8_t* page = base + batch.ids[local_page] * geom.page_bytes();
+  for (size_t i = threadIdx.x; i < token_words; i += blockDim.x) {
+    const uint32_t h = static_cast<uint32_t>(i / row_words);
+    const size_t w = i % row_words;
+    Word* dst = reinterpret_cast<Word*>(
+        page + geom.offset(layer, kv, h, slot, 0) * geom.elem_bytes);
+    dst[w] = src[i];
+  }
+}
+
+// grid: x = pair within the batch. Each block copies one page.
+template <typename Word>
+__global__ void CopyPagesKernel(uint64_t page_bytes,
+                                const uint8_t* __restrict__ src_base,
+                                uint8_t* __restrict__ dst_base,
+                                PairBatch batch) {
+  const Word* src =
+      reinterpret_cast<const Word*>(src_base + batch.src[blockIdx.x] * page_bytes);
+  Word* dst = reinterpret_cast<Word*>(dst_base + batch.dst[blockIdx.x] * page_bytes);
+  const size_t words = page_bytes / sizeof(Word);
+  for (size_t i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+}
+
+bool Aligned(const void* p, size_t a) {
+  return reinterpret_cast<uintptr_t>(p) % a == 0;
+}
+
+}  // namespace
+
+int LaunchWriteKv(const PageGeometry& geom, const void* k, const void* v,
+                  uint32_t n_tokens, uint32_t layer_stride_tokens,
+                  void* pool_base, const uint64_t* host_page_ids,
+                  size_t n_pages, void* stream) {
+  if (n_tokens == 0) return cudaSuccess;
+  const uint32_t stride = layer_stride_tokens == 0 ? n_tokens : layer_stride_tokens;
+  const size_t row_bytes = size_t{geom.head_dim} * geom.elem_bytes;
+  const bool words4 = row_bytes % 4 == 0 && Aligned(k, 4) && Aligned(v, 4) &&
+                      Aligned(pool_base, 4) && geom.page_bytes() % 4 == 0;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  for (size_t p0 = 0; p0 < n_pages; p0 += kIdsPerLaunch) {
+    const size_t np = std::min<size_t>(kIdsPerLaunch, n_pages - p0);
+    IdBatch batch;
+    std::copy(host_page_ids + p0, host_page_ids + p0 + np, batch.ids);
+    const uint32_t first = static_cast<uint32_t>(p0 * geom.page_size);
+    const uint32_t count =
+        std::min<uint32_t>(n_tokens - first, static_cast<uint32_t>(np * geom.page_size));
+    dim3 grid(count, geom.num_layers, 2);
+    if (words4) {
+      WriteKvKernel<uint32_t><<<grid, 128, 0, s>>>(
+          geom, static_cast<const uint8_t*>(k), static_cast<const uint8_t*>(v),
+          first, stride, static_cast<uint8_t*>(pool_base), batch);
+    } else {
+      WriteKvKernel<uint8_t><<<grid, 128, 0, s>>>(
+          geom, static_cast<const uint8_t*>(k), static_cast<const uint8_t*>(v),
+          first, stride, static_cast<uint8_t*>(pool_base), batch);
+    }
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+int LaunchCopyPages(uint64_t page_bytes, const void* src_base,
+                    const uint64_t* host_src_ids, void* dst_base,
+                    const uint64_t* host_dst_ids, size_t n_pages, void* stream) {
+  const bool vec16 = page_bytes % 16 == 0 && Aligned(src_base, 16) &&
+                     Aligned(dst_base, 16);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  for (size_t p0 = 0; p0 < n_pages; p0 += kPairsPerLaunch) {
+    const size_t np = std::min<size_t>(kPairsPerLaunch, n_pages - p0);
+    PairBatch batch;
+    std::copy(host_src_ids + p0, host_src_ids + p0 + np, batch.src);
+    std::copy(host_dst_ids + p0, host_dst_ids + p0 + np, batch.dst);
+    const auto* sb = static_cast<const uint8_t*>(src_base);
+    auto* db = static_cast<uint8_t*>(dst_base);
+    if (vec16) {
+      CopyPagesKernel<uint4><<<static_cast<unsigned>(np), 512, 0, s>>>(
+          page_bytes, sb, db, batch);
+    } else {
+      CopyPagesKernel<uint8_t><<<static_cast<unsigned>(np), 512, 0, s>>>(
+          page_bytes, sb, db, batch);
+    }
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace radixkv::gpu::cuda_kernels

@@ -1,0 +1,19 @@
+# Kernel tests (write_kv, copy_pages, attention_prefix_suffix). Included from
+# tests/gpu/CMakeLists.txt; the tests link radixkv_gpu, which holds the
+# kernels (gpu/kernels.cmake).
+foreach(_t kernels_kv_ops_test attention_cpu_test)
+  add_executable(${_t} ${CMAKE_CURRENT_LIST_DIR}/${_t}.cc)
+  target_link_libraries(${_t} PRIVATE radixkv_gpu GTest::gtest_main)
+  target_include_directories(${_t} PRIVATE ${PROJECT_SOURCE_DIR})
+  gtest_discover_tests(${_t} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
+endforeach()
+
+# CUDA versions against the CPU oracles; skipped (GTEST_SKIP) with no device.
+if(RADIXKV_HAVE_CUDA)
+  add_executable(kernels_cuda_test ${CMAKE_CURRENT_LIST_DIR}/kernels_cuda_test.cc)
+  target_link_libraries(kernels_cuda_test PRIVATE radixkv_gpu CUDA::cudart_static
+                        GTest::gtest_main)
+  target_include_directories(kernels_cuda_test PRIVATE ${PROJECT_SOURCE_DIR})
+  gtest_discover_tests(kernels_cuda_test DISCOVERY_TIMEOUT 60
+                       PROPERTIES LABELS gpu TIMEOUT 300)
+endif()
