@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -63,6 +64,8 @@ ABSL_FLAG(uint32_t, prompt_blocks, 128, "full blocks in the prompt");
 ABSL_FLAG(uint32_t, page_size, 16, "tokens per block");
 ABSL_FLAG(std::string, label, "", "free-form label copied into the output");
 ABSL_FLAG(bool, json, false, "print one JSON object");
+ABSL_FLAG(std::string, write_body, "",
+          "write the first request as a framed gRPC body (for h2load -d) and exit");
 
 namespace radixkv::bench {
 namespace {
@@ -330,6 +333,30 @@ class LoadGen {
     }
   }
 
+  // Writes the first connection's request as a length-prefixed gRPC message
+  // (flag byte 0, 4-byte big-endian length, payload).
+  absl::Status WriteBody(const std::string& path) {
+    std::vector<grpc::Slice> slices;
+    grpc::Status s = conns_[0]->request.Dump(&slices);
+    if (!s.ok()) return absl::InternalError(s.error_message());
+    std::string payload;
+    for (const grpc::Slice& sl : slices) {
+      payload.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    }
+    std::string framed(5, '\0');
+    const uint32_t n = payload.size();
+    framed[1] = static_cast<char>(n >> 24);
+    framed[2] = static_cast<char>(n >> 16);
+    framed[3] = static_cast<char>(n >> 8);
+    framed[4] = static_cast<char>(n);
+    framed += payload;
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) return absl::NotFoundError("cannot write " + path);
+    const bool ok = std::fwrite(framed.data(), 1, framed.size(), f) == framed.size();
+    std::fclose(f);
+    return ok ? absl::OkStatus() : absl::InternalError("short write to " + path);
+  }
+
   uint64_t errors() {
     absl::MutexLock l(&mu_);
     return errors_;
@@ -483,6 +510,14 @@ int main(int argc, char** argv) {
   if (!s.ok()) {
     std::cerr << "Error: " << s << "\n";
     return s.code() == absl::StatusCode::kInvalidArgument ? 3 : 1;
+  }
+  if (const std::string body = absl::GetFlag(FLAGS_write_body); !body.empty()) {
+    s = gen.WriteBody(body);
+    if (!s.ok()) {
+      std::cerr << "Error: " << s << "\n";
+      return 1;
+    }
+    return 0;
   }
   gen.Run();
   gen.Print(absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_label));
