@@ -1,0 +1,471 @@
+// Spec-like tests of RadixTree (radix/radix_tree.h), in the manner of
+// leveldb's cache_test: a fixture with tiny helpers, one behaviour per test.
+#include "radix/radix_tree.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "radix/block_key.h"
+
+namespace radixkv {
+namespace {
+
+using Tokens = std::vector<uint32_t>;
+
+// Records every event, in order.
+class RecordingListener : public EventListener {
+ public:
+  void OnTreeEvents(absl::Span<const TreeEvent> events) override {
+    events_.insert(events_.end(), events.begin(), events.end());
+  }
+  std::vector<TreeEvent> events_;
+};
+
+class RadixTreeTest : public testing::Test {
+ protected:
+  static constexpr uint32_t kPageSize = 2;
+  static constexpr uint32_t kCapacity = 8;
+
+  RadixTreeTest()
+      : tree_({.capacity_pages = kCapacity, .listener = &listener_}) {
+    ns_ = Register(Spec());
+  }
+  ~RadixTreeTest() override {
+    EXPECT_TRUE(tree_.CheckInvariants().ok()) << tree_.CheckInvariants();
+  }
+
+  static NamespaceSpec Spec() {
+    return NamespaceSpec{.model = "m",
+                         .num_layers = 1,
+                         .num_kv_heads = 1,
+                         .head_dim = 4,
+                         .page_size = kPageSize,
+                         .dtype = DType::kFloat32};
+  }
+  NamespaceId Register(const NamespaceSpec& s) {
+    absl::StatusOr<NamespaceId> id = tree_.RegisterNamespace(s);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or(0);
+  }
+  std::vector<BlockKey> Keys(const Tokens& t, NamespaceId ns = 0) {
+    return ComputeBlockKeys(tree_.namespace_root(ns), kPageSize, t);
+  }
+  // Full blocks of `t` only (the tree wants exactly keys * page_size tokens).
+  static Tokens Full(Tokens t) {
+    t.resize(t.size() / kPageSize * kPageSize);
+    return t;
+  }
+
+  // Matched blocks of a read-only lookup.
+  int Lookup(const Tokens& t, NamespaceId ns = 0) {
+    const auto keys = Keys(t, ns);
+    const Tokens full = Full(t);
+    absl::StatusOr<MatchResult> r = tree_.Match(ns, keys, full);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? static_cast<int>(r->matched_blocks) : -1;
+  }
+  AcquireResult Acquire(const Tokens& t, bool allocate = true,
+                        NamespaceId ns = 0) {
+    const auto keys = Keys(t, ns);
+    const Tokens full = Full(t);
+    absl::StatusOr<AcquireResult> r = tree_.Acquire(
+        {.ns = ns, .keys = keys, .tokens = full, .allocate = allocate});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.value_or(AcquireResult{});
+  }
+  // Acquire + commit everything allocated; ends the lease unless `hold`.
+  // Returns the lease (0 once released).
+  LeaseId Insert(const Tokens& t, bool hold = false, NamespaceId ns = 0) {
+    AcquireResult a = Acquire(t, true, ns);
+    if (a.lease == 0) return 0;
+    absl::StatusOr<CommitResult> c = tree_.Commit(a.lease, a.new_blocks, !hold);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return hold ? a.lease : 0;
+  }
+  PageId PageOf(const Tokens& t, size_t block) {
+    auto e = tree_.Explain(ns_, Keys(t), Full(t));
+    return e.ok() && block < e->size() ? (*e)[block].page : kNoPage;
+  }
+  std::vector<TreeEvent::Type> EventTypes() const {
+    std::vector<TreeEvent::Type> out;
+    for (const TreeEvent& e : listener_.events_) out.push_back(e.type);
+    return out;
+  }
+
+  RecordingListener listener_;
+  RadixTree tree_;
+  NamespaceId ns_ = 0;
+};
+
+TEST_F(RadixTreeTest, HitAndMiss) {
+  EXPECT_EQ(Lookup({1, 2, 3, 4}), 0);
+  Insert({1, 2, 3, 4});
+  EXPECT_EQ(Lookup({1, 2, 3, 4}), 2);
+  EXPECT_EQ(Lookup({1, 2, 3, 4, 5, 6}), 2);
+  EXPECT_EQ(Lookup({1, 2, 9, 9}), 1);
+  EXPECT_EQ(Lookup({9, 9, 3, 4}), 0);  // chained: block 1 alone is not a hit
+
+  AcquireResult a = Acquire({1, 2, 3, 4, 5, 6}, /*allocate=*/false);
+  EXPECT_EQ(a.total_blocks, 3u);
+  EXPECT_EQ(a.matched_blocks, 2u);
+  EXPECT_EQ(a.new_blocks, 0u);
+  ASSERT_NE(a.lease, 0u);
+  ASSERT_TRUE(tree_.Release(a.lease).ok());
+  const TreeStats s = tree_.GetStats();
+  EXPECT_EQ(s.lookups, 2u);
+  EXPECT_EQ(s.lookup_blocks, 5u);
+  EXPECT_EQ(s.hit_blocks, 2u);
+  EXPECT_EQ(s.hit_tokens, 2u * kPageSize);
+  EXPECT_EQ(s.matches, 5u);
+}
+
+TEST_F(RadixTreeTest, PartialTailIgnored) {
+  Insert({1, 2, 3});
+  EXPECT_EQ(tree_.GetStats().cached_pages, 1u);
+  EXPECT_EQ(Lookup({1, 2, 3}), 1);
+  EXPECT_EQ(Lookup({1, 2, 7}), 1);
+  AcquireResult a = Acquire({5});
+  EXPECT_EQ(a.total_blocks, 0u);
+  EXPECT_EQ(a.lease, 0u);  // nothing pinned or allocated: no lease
+  EXPECT_EQ(tree_.GetStats().leases, 0u);
+}
+
+TEST_F(RadixTreeTest, LeaseIdsStartAtOneAndIncrease) {
+  AcquireResult a = Acquire({1, 2});
+  AcquireResult b = Acquire({3, 4});
+  EXPECT_EQ(a.lease, 1u);
+  EXPECT_EQ(b.lease, 2u);
+  EXPECT_TRUE(tree_.Release(a.lease).ok());
+  EXPECT_TRUE(tree_.Release(b.lease).ok());
+}
+
+TEST_F(RadixTreeTest, PinnedPagesAreNeverEvicted) {
+  const Tokens held = {1, 1, 2, 2, 3, 3, 4, 4};
+  const LeaseId lease = Insert(held, /*hold=*/true);
+  ASSERT_NE(lease, 0u);
+  for (uint32_t i = 10; i < 30; ++i) Insert({i, i, i + 1, i + 1});
+  EXPECT_EQ(Lookup(held), 4);
+  for (size_t b = 0; b < 4; ++b) {
+    EXPECT_EQ(tree_.TEST_page_state(PageOf(held, b)), PageState::kCached);
+    EXPECT_EQ(tree_.TEST_refcount(PageOf(held, b)), 1u);
+  }
+  // Only the 4 unpinned pages can be handed out.
+  AcquireResult a = Acquire({50, 50, 51, 51, 52, 52, 53, 53, 54, 54, 55, 55});
+  EXPECT_EQ(a.new_blocks, 4u);
+  EXPECT_EQ(tree_.GetStats().pinned_pages, 4u);
+  EXPECT_EQ(Lookup(held), 4);
+  ASSERT_TRUE(tree_.Release(a.lease).ok());
+  ASSERT_TRUE(tree_.Release(lease).ok());
+  EXPECT_EQ(tree_.GetStats().pinned_pages, 0u);
+}
+
+TEST_F(RadixTreeTest, EvictionOrderIsLru) {
+  for (uint32_t i = 0; i < kCapacity; ++i) Insert({i, i});
+  // Use block {0,0} again: it becomes the most recent.
+  ASSERT_TRUE(tree_.Release(Acquire({0, 0}, false).lease).ok());
+  // A read-only Match does not refresh {1,1}.
+  EXPECT_EQ(Lookup({1, 1}), 1);
+  listener_.events_.clear();
+  Insert({100, 100});
+  Insert({101, 101});
+  EXPECT_EQ(Lookup({1, 1}), 0);
+  EXPECT_EQ(Lookup({2, 2}), 0);
+  EXPECT_EQ(Lookup({0, 0}), 1);
+  EXPECT_EQ(Lookup({3, 3}), 1);
+  ASSERT_EQ(listener_.events_.size(), 4u);
+  EXPECT_EQ(listener_.events_[0].type, TreeEvent::Type::kRemoved);
+  EXPECT_EQ(listener_.events_[0].key, Keys({1, 1})[0]);
+  EXPECT_EQ(listener_.events_[1].type, TreeEvent::Type::kStored);
+  EXPECT_EQ(listener_.events_[2].key, Keys({2, 2})[0]);
+  EXPECT_EQ(tree_.GetStats().evicted_pages, 2u);
+}
+
+TEST_F(RadixTreeTest, DeeperFirstOnTies) {
+  Insert({1, 1, 2, 2, 3, 3});
+  EXPECT_EQ(tree_.Evict(1), 1u);
+  EXPECT_EQ(Lookup({1, 1, 2, 2, 3, 3}), 2);
+  EXPECT_EQ(tree_.Evict(1), 1u);
+  EXPECT_EQ(Lookup({1, 1, 2, 2, 3, 3}), 1);
+  EXPECT_EQ(tree_.Evict(5), 1u);
+  EXPECT_EQ(Lookup({1, 1}), 0);
+  EXPECT_EQ(tree_.Evict(1), 0u);
+}
+
+TEST_F(RadixTreeTest, ParentEvictableAfterLastChildGoes) {
+  Insert({1, 1, 2, 2});  // a -> b
+  Insert({1, 1, 3, 3});  // a -> c; a used again, so it is newer than b and c
+  const PageId a = PageOf({1, 1}, 0);
+  EXPECT_EQ(tree_.Evict(1), 1u);  // b, the oldest leaf
+  EXPECT_EQ(Lookup({1, 1, 2, 2}), 1);
+  EXPECT_EQ(Lookup({1, 1, 3, 3}), 2);
+  EXPECT_EQ(tree_.TEST_page_state(a), PageState::kCached);
+  EXPECT_EQ(tree_.Evict(1), 1u);  // c
+  EXPECT_EQ(Lookup({1, 1, 3, 3}), 1);
+  EXPECT_EQ(tree_.Evict(1), 1u);  // now a is a leaf
+  EXPECT_EQ(tree_.TEST_page_state(a), PageState::kFree);
+  EXPECT_EQ(tree_.GetStats().cached_pages, 0u);
+}
+
+TEST_F(RadixTreeTest, DedupeOnCommit) {
+  const Tokens t = {1, 1, 2, 2};
+  AcquireResult a = Acquire(t);
+  AcquireResult b = Acquire(t);
+  ASSERT_EQ(a.new_blocks, 2u);
+  ASSERT_EQ(b.new_blocks, 2u);
+  EXPECT_NE(a.pages, b.pages);
+  absl::StatusOr<CommitResult> ca = tree_.Commit(a.lease, 2, false);
+  ASSERT_TRUE(ca.ok());
+  EXPECT_EQ(ca->inserted, 2u);
+  absl::StatusOr<CommitResult> cb = tree_.Commit(b.lease, 2, true);
+  ASSERT_TRUE(cb.ok());
+  EXPECT_EQ(cb->inserted, 0u);
+  EXPECT_EQ(cb->deduplicated, 2u);
+  EXPECT_EQ(cb->pages, a.pages);  // the canonical pages
+  EXPECT_TRUE(cb->released);
+  // b's own pages were freed when its lease ended; a still pins the blocks.
+  for (PageId p : b.pages) EXPECT_EQ(tree_.TEST_page_state(p), PageState::kFree);
+  for (PageId p : a.pages) EXPECT_EQ(tree_.TEST_refcount(p), 1u);
+  ASSERT_TRUE(tree_.Release(a.lease).ok());
+  const TreeStats s = tree_.GetStats();
+  EXPECT_EQ(s.cached_pages, 2u);
+  EXPECT_EQ(s.free_pages, kCapacity - 2);
+  EXPECT_EQ(s.deduplicated_blocks, 2u);
+  EXPECT_EQ(s.inserted_blocks, 2u);
+}
+
+TEST_F(RadixTreeTest, ForcedCollision) {
+  // Two different token blocks that share one (hand-made) key.
+  const std::vector<BlockKey> keys = {BlockKey{7, 7}, BlockKey{7, 8}};
+  const Tokens first = {1, 1, 2, 2};
+  const Tokens second = {3, 3, 2, 2};
+  auto acquire = [&](const Tokens& t) {
+    return tree_
+        .Acquire({.ns = ns_, .keys = keys, .tokens = t, .allocate = true})
+        .value();
+  };
+  AcquireResult a = acquire(first);
+  ASSERT_TRUE(tree_.Commit(a.lease, 2, true).ok());
+  EXPECT_EQ(tree_.Match(ns_, keys, first)->matched_blocks, 2u);
+
+  // Verified hit: the stored tokens differ, so the key hit is a miss.
+  absl::StatusOr<MatchResult> m = tree_.Match(ns_, keys, second);
+  EXPECT_EQ(m->matched_blocks, 0u);
+  EXPECT_EQ(m->collisions, 1u);
+  AcquireResult b = acquire(second);
+  EXPECT_EQ(b.matched_blocks, 0u);
+  EXPECT_EQ(b.collisions, 1u);
+  ASSERT_EQ(b.new_blocks, 2u);
+  // Committing cannot take the key over; the rest of the chain stays out.
+  absl::StatusOr<CommitResult> c = tree_.Commit(b.lease, 2, true);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->inserted, 0u);
+  EXPECT_EQ(c->collided, 2u);
+  EXPECT_EQ(tree_.GetStats().hash_collisions, 2u);
+  EXPECT_EQ(tree_.GetStats().cached_pages, 2u);
+  EXPECT_EQ(tree_.Match(ns_, keys, first)->matched_blocks, 2u);
+  auto e = tree_.Explain(ns_, keys, second);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ((*e)[0].status, BlockStatus::kTokenMismatch);
+  // Key mode cannot verify: the hit stands.
+  EXPECT_EQ(tree_.Match(ns_, keys, {})->matched_blocks, 2u);
+}
+
+TEST_F(RadixTreeTest, NamespaceIsolation) {
+  const Tokens t = {1, 1, 2, 2};
+  NamespaceSpec salted = Spec(), lora = Spec(), other = Spec();
+  salted.cache_salt = "tenant-b";
+  lora.lora = "adapter";
+  other.model = "other-model";
+  const NamespaceId ns_salt = Register(salted);
+  const NamespaceId ns_lora = Register(lora);
+  const NamespaceId ns_other = Register(other);
+  EXPECT_EQ(Register(Spec()), ns_);  // equal spec, same id
+  EXPECT_NE(ns_salt, ns_lora);
+  Insert(t);
+  EXPECT_EQ(Lookup(t, ns_), 2);
+  EXPECT_EQ(Lookup(t, ns_salt), 0);
+  EXPECT_EQ(Lookup(t, ns_lora), 0);
+  EXPECT_EQ(Lookup(t, ns_other), 0);
+  // Even ns_'s own keys do not hit from another namespace.
+  EXPECT_EQ(tree_.Match(ns_salt, Keys(t, ns_), t)->matched_blocks, 0u);
+  Insert(t, false, ns_salt);
+  EXPECT_EQ(Lookup(t, ns_salt), 2);
+  EXPECT_EQ(tree_.GetStats().cached_pages, 4u);
+  const auto list = tree_.ListNamespaces();
+  ASSERT_EQ(list.size(), 4u);
+  EXPECT_EQ(list[ns_].cached_blocks, 2u);
+  EXPECT_EQ(list[ns_salt].cached_blocks, 2u);
+  EXPECT_EQ(list[ns_lora].cached_blocks, 0u);
+}
+
+TEST_F(RadixTreeTest, BadInputChangesNothing) {
+  Insert({1, 1});
+  const TreeStats before = tree_.GetStats();
+  const auto keys = Keys({1, 1, 2, 2});
+  const Tokens three = {1, 1, 2};
+  absl::StatusOr<AcquireResult> a = tree_.Acquire(
+      {.ns = ns_, .keys = keys, .tokens = three, .allocate = true});
+  ASSERT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("tokens.size()=3"), std::string::npos)
+      << a.status();
+  a = tree_.Acquire({.ns = 99, .keys = keys, .allocate = true});
+  ASSERT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("namespace"), std::string::npos);
+  EXPECT_EQ(tree_.Match(ns_, keys, three).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tree_.Explain(7, keys, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  NamespaceSpec bad = Spec();
+  bad.page_size = 0;
+  absl::StatusOr<NamespaceId> r = tree_.RegisterNamespace(bad);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("page_size"), std::string::npos);
+  bad.page_size = 5000;
+  EXPECT_EQ(tree_.RegisterNamespace(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad.page_size = 16;
+  r = tree_.RegisterNamespace(bad);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("16"), std::string::npos);
+  EXPECT_NE(r.status().message().find("2"), std::string::npos);
+
+  const TreeStats after = tree_.GetStats();
+  EXPECT_EQ(after.lookups, before.lookups);
+  EXPECT_EQ(after.cached_pages, before.cached_pages);
+  EXPECT_EQ(after.free_pages, before.free_pages);
+  EXPECT_EQ(after.leases, 0u);
+  EXPECT_EQ(after.namespaces, 1u);
+}
+
+TEST_F(RadixTreeTest, CommitMoreThanAllocated) {
+  AcquireResult a = Acquire({1, 1, 2, 2});
+  ASSERT_EQ(a.new_blocks, 2u);
+  absl::StatusOr<CommitResult> c = tree_.Commit(a.lease, 3, true);
+  ASSERT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(c.status().message().find("blocks=3"), std::string::npos);
+  EXPECT_NE(c.status().message().find(" 2 "), std::string::npos) << c.status();
+  EXPECT_EQ(tree_.GetStats().writing_pages, 2u);  // nothing changed
+  EXPECT_EQ(tree_.GetStats().leases, 1u);
+  // Chunked commit: one block, then the next.
+  c = tree_.Commit(a.lease, 1, false);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->inserted, 1u);
+  EXPECT_EQ(c->pages, std::vector<PageId>{a.pages[0]});
+  EXPECT_EQ(tree_.Commit(a.lease, 2, false).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  c = tree_.Commit(a.lease, 1, true);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->pages, std::vector<PageId>{a.pages[1]});
+  EXPECT_EQ(Lookup({1, 1, 2, 2}), 2);
+}
+
+TEST_F(RadixTreeTest, ReleaseUnknownLease) {
+  EXPECT_EQ(tree_.Release(12345).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(tree_.Commit(12345, 0, true).status().code(),
+            absl::StatusCode::kNotFound);
+  AcquireResult a = Acquire({1, 1});
+  ASSERT_TRUE(tree_.Release(a.lease).ok());
+  EXPECT_EQ(tree_.Release(a.lease).code(), absl::StatusCode::kNotFound);
+  // The uncommitted page went back to the pool.
+  EXPECT_EQ(tree_.TEST_page_state(a.pages[0]), PageState::kFree);
+  EXPECT_EQ(tree_.GetStats().free_pages, kCapacity);
+}
+
+TEST_F(RadixTreeTest, ClearKeepsPinned) {
+  const LeaseId held = Insert({1, 1, 2, 2}, /*hold=*/true);
+  Insert({3, 3, 4, 4});
+  Insert({1, 1, 5, 5});
+  listener_.events_.clear();
+  EXPECT_EQ(tree_.Clear(), 3u);  // {3,3} {4,4} {5,5}
+  EXPECT_EQ(Lookup({1, 1, 2, 2}), 2);
+  EXPECT_EQ(Lookup({3, 3}), 0);
+  ASSERT_FALSE(listener_.events_.empty());
+  EXPECT_EQ(listener_.events_.back().type, TreeEvent::Type::kCleared);
+  EXPECT_EQ(listener_.events_.size(), 4u);
+  ASSERT_TRUE(tree_.Release(held).ok());
+  EXPECT_EQ(tree_.Clear(), 2u);
+  EXPECT_EQ(tree_.GetStats().cached_pages, 0u);
+}
+
+TEST_F(RadixTreeTest, ExplainStates) {
+  Insert({1, 1, 2, 2, 3, 3});
+  tree_.Evict(1);  // {3,3}
+  const Tokens asked = {1, 1, 2, 2, 3, 3, 4, 4};
+  auto e = tree_.Explain(ns_, Keys(asked), asked);
+  ASSERT_TRUE(e.ok());
+  ASSERT_EQ(e->size(), 4u);
+  EXPECT_EQ((*e)[0].status, BlockStatus::kCached);
+  EXPECT_EQ((*e)[0].page, PageOf(asked, 0));
+  EXPECT_EQ((*e)[1].status, BlockStatus::kCached);
+  EXPECT_EQ((*e)[2].status, BlockStatus::kEvicted);
+  EXPECT_EQ((*e)[3].status, BlockStatus::kParentMissing);
+  e = tree_.Explain(ns_, Keys({9, 9}), {9, 9});
+  EXPECT_EQ((*e)[0].status, BlockStatus::kNotPresent);
+  EXPECT_STREQ(BlockStatusName(BlockStatus::kEvicted), "evicted");
+}
+
+TEST_F(RadixTreeTest, EventsOrder) {
+  const Tokens t = {1, 1, 2, 2};
+  const auto keys = Keys(t);
+  Insert(t);
+  tree_.Evict(2);
+  ASSERT_EQ(listener_.events_.size(), 4u);
+  const auto& ev = listener_.events_;
+  EXPECT_EQ(ev[0].type, TreeEvent::Type::kStored);
+  EXPECT_EQ(ev[0].key, keys[0]);
+  EXPECT_EQ(ev[0].parent_key, tree_.namespace_root(ns_));
+  EXPECT_EQ(ev[0].depth, 0u);
+  EXPECT_EQ(ev[1].type, TreeEvent::Type::kStored);
+  EXPECT_EQ(ev[1].key, keys[1]);
+  EXPECT_EQ(ev[1].parent_key, keys[0]);
+  EXPECT_EQ(ev[1].depth, 1u);
+  EXPECT_EQ(ev[2].type, TreeEvent::Type::kRemoved);
+  EXPECT_EQ(ev[2].key, keys[1]);  // deepest first
+  EXPECT_EQ(ev[3].key, keys[0]);
+}
+
+TEST_F(RadixTreeTest, KeyModeHitsWithoutTokens) {
+  const auto keys = Keys({1, 1, 2, 2});
+  AcquireResult a =
+      tree_.Acquire({.ns = ns_, .keys = keys, .allocate = true}).value();
+  ASSERT_TRUE(tree_.Commit(a.lease, a.new_blocks, true).ok());
+  EXPECT_EQ(tree_.Match(ns_, keys, {})->matched_blocks, 2u);
+  EXPECT_EQ(Lookup({1, 1, 2, 2}), 2);  // unverifiable, so accepted
+}
+
+TEST_F(RadixTreeTest, MaxNewBlocksLimitsAllocation) {
+  const Tokens t = {1, 1, 2, 2, 3, 3};
+  const auto keys = Keys(t);
+  AcquireResult a = tree_
+                        .Acquire({.ns = ns_,
+                                  .keys = keys,
+                                  .tokens = t,
+                                  .allocate = true,
+                                  .max_new_blocks = 2})
+                        .value();
+  EXPECT_EQ(a.new_blocks, 2u);
+  EXPECT_EQ(a.pages.size(), 2u);
+  ASSERT_TRUE(tree_.Commit(a.lease, 2, true).ok());
+  EXPECT_EQ(Lookup(t), 2);
+}
+
+TEST_F(RadixTreeTest, DumpTreeShallowestFirst) {
+  Insert({1, 1, 2, 2, 3, 3});
+  Insert({4, 4});
+  const auto all = tree_.DumpTree(100, 100);
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[0].depth, 0u);
+  EXPECT_EQ(all[1].depth, 0u);
+  EXPECT_EQ(all[2].depth, 1u);
+  EXPECT_EQ(all[3].depth, 2u);
+  EXPECT_EQ(all[3].parent_key, all[2].key);
+  EXPECT_EQ(tree_.DumpTree(0, 100).size(), 2u);
+  EXPECT_EQ(tree_.DumpTree(100, 1).size(), 1u);
+  EXPECT_GT(tree_.IndexMemoryBytes(), 0u);
+}
+
+}  // namespace
+}  // namespace radixkv
