@@ -1,0 +1,242 @@
+#include "daemon/kv_service.h"
+
+#include <deque>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/cache.h"
+#include "daemon/log.h"
+#include "daemon/status_util.h"
+
+namespace radixkv::daemon {
+
+// One Session stream. Deletes itself in OnDone.
+class KvService::SessionReactor final
+    : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse> {
+ public:
+  SessionReactor(KvService* service, grpc::CallbackServerContext* ctx)
+      : service_(service), ctx_(ctx), peer_(ctx->peer()) {
+    if (!service_->Register(this)) {
+      FinishOnce(absl::UnavailableError("radixkvd is shutting down"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed its side, or the call broke
+      FinishOnce(absl::OkStatus());
+      return;
+    }
+    absl::Status s = Handle(request_);
+    if (!s.ok()) {
+      FinishOnce(s);
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    if (!finished_) StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    pending_.pop_front();
+    writing_ = false;
+    if (finish_pending_) {
+      Finish(ToGrpcStatus(finish_status_));
+      return;
+    }
+    if (ok && !pending_.empty()) {
+      writing_ = true;
+      StartWrite(&pending_.front());
+    }
+  }
+
+  void OnCancel() override {
+    FinishOnce(absl::CancelledError("Session stream cancelled"));
+  }
+
+  void OnDone() override {
+    service_->Unregister(this);
+    EndSession();
+    delete this;
+  }
+
+  // Ends the stream with `status` (once) and closes the session.
+  void FinishOnce(const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+      if (writing_) {
+        finish_pending_ = true;
+        finish_status_ = status;
+      } else {
+        Finish(ToGrpcStatus(status));
+      }
+    }
+    EndSession();
+  }
+
+ private:
+  absl::Status Handle(const v1::SessionRequest& req) {
+    switch (req.kind_case()) {
+      case v1::SessionRequest::kOpen: {
+        const absl::Time start = absl::Now();
+        absl::Status s = Open(req.open());
+        const ServiceEnv& env = service_->env_;
+        if (env.metrics != nullptr) {
+          env.metrics->Record(Method::kSession, s, absl::Now() - start);
+        }
+        return s;
+      }
+      case v1::SessionRequest::kHeartbeat: {
+        absl::MutexLock lock(&mu_);
+        if (session_id_.empty()) {
+          return absl::InvalidArgumentError(
+              "open: the first Session message must be `open`, got heartbeat");
+        }
+        v1::SessionResponse resp;
+        resp.mutable_heartbeat()->set_nonce(req.heartbeat().nonce());
+        EnqueueLocked(std::move(resp));
+        return absl::OkStatus();
+      }
+      case v1::SessionRequest::KIND_NOT_SET:
+        break;
+    }
+    return absl::InvalidArgumentError(
+        "kind: a SessionRequest sets `open` (first) or `heartbeat`");
+  }
+
+  absl::Status Open(const v1::OpenSession& open) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!session_id_.empty()) {
+        return absl::InvalidArgumentError(
+            "open: this stream already has a session; send heartbeats, or "
+            "open another stream for another namespace");
+      }
+    }
+    absl::Status admission = Admission(ctx_, service_->env_);
+    if (!admission.ok()) return admission;
+    v1::SessionResponse resp;
+    absl::Status s = service_->env_.cache->OpenSession(
+        open, peer_, resp.mutable_session());
+    if (!s.ok()) return s;
+    const std::string id = resp.session().session_id();
+    bool closed = false;
+    {
+      absl::MutexLock lock(&mu_);
+      session_id_ = id;
+      closed = finished_;  // cancelled while opening: do not leak it
+      if (!closed) EnqueueLocked(std::move(resp));
+    }
+    if (closed) {
+      EndSession();
+      return absl::OkStatus();
+    }
+    if (LogEnabled(LogLevel::kDebug)) {
+      Log(LogLevel::kDebug, absl::StrCat("session ", id, " opened by ", peer_,
+                                         " (", open.client_name(), ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  void EnqueueLocked(v1::SessionResponse resp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    pending_.push_back(std::move(resp));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&pending_.front());
+    }
+  }
+
+  void EndSession() {
+    std::string id;
+    {
+      absl::MutexLock lock(&mu_);
+      if (session_closed_ || session_id_.empty()) return;
+      session_closed_ = true;
+      id = session_id_;
+    }
+    service_->env_.cache->CloseSession(id);
+    if (LogEnabled(LogLevel::kDebug)) {
+      Log(LogLevel::kDebug, absl::StrCat("session ", id, " closed"));
+    }
+  }
+
+  KvService* const service_;
+  grpc::CallbackServerContext* const ctx_;
+  const std::string peer_;
+  v1::SessionRequest request_;  // only touched by the read chain
+
+  absl::Mutex mu_;
+  // mu_ protects the following.
+  std::string session_id_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::SessionResponse> pending_ ABSL_GUARDED_BY(mu_);  // front in flight
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_pending_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status finish_status_ ABSL_GUARDED_BY(mu_);
+  bool session_closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+KvService::KvService(const ServiceEnv& env) : env_(env) {}
+
+KvService::~KvService() = default;
+
+bool KvService::Register(SessionReactor* r) {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return false;
+  live_.insert(r);
+  return true;
+}
+
+void KvService::Unregister(SessionReactor* r) {
+  absl::MutexLock lock(&mu_);
+  live_.erase(r);
+}
+
+void KvService::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutting_down_ = true;
+  for (SessionReactor* r : live_) {
+    r->FinishOnce(absl::UnavailableError("radixkvd is shutting down"));
+  }
+}
+
+grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>*
+KvService::Session(grpc::CallbackServerContext* ctx) {
+  return new SessionReactor(this, ctx);
+}
+
+grpc::ServerUnaryReactor* KvService::Acquire(grpc::CallbackServerContext* ctx,
+                                             const v1::AcquireRequest* req,
+                                             v1::AcquireResponse* resp) {
+  return RunUnary(ctx, env_, Method::kAcquire,
+                  [&] { return env_.cache->Acquire(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* KvService::Commit(grpc::CallbackServerContext* ctx,
+                                            const v1::CommitRequest* req,
+                                            v1::CommitResponse* resp) {
+  return RunUnary(ctx, env_, Method::kCommit,
+                  [&] { return env_.cache->Commit(*req, resp); });
+}
+
+grpc::ServerUnaryReactor* KvService::Release(grpc::CallbackServerContext* ctx,
+                                             const v1::ReleaseRequest* req,
+                                             v1::ReleaseResponse* resp) {
+  return RunUnary(ctx, env_, Method::kRelease,
+                  [&] { return env_.cache->Release(*req); });
+}
+
+grpc::ServerUnaryReactor* KvService::Match(grpc::CallbackServerContext* ctx,
+                                           const v1::MatchRequest* req,
+                                           v1::MatchResponse* resp) {
+  return RunUnary(ctx, env_, Method::kMatch,
+                  [&] { return env_.cache->Match(*req, resp); });
+}
+
+}  // namespace radixkv::daemon

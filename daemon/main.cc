@@ -1,0 +1,136 @@
+// radixkvd: the radixkv daemon. Parses flags, starts a Server, prints where
+// it listens, and drains on SIGTERM/SIGINT (exit 0). See docs/OPERATIONS.md.
+#include <signal.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "radixkv/defaults.h"
+
+// The four normative flags (DESIGN.md §11).
+ABSL_FLAG(std::string, socket, radixkv::DefaultSocketPath(),
+          "gRPC Unix socket (mode 0660); the attach socket sits beside it");
+ABSL_FLAG(std::string, listen_tcp, "",
+          "also serve gRPC on HOST:PORT (empty: off)");
+ABSL_FLAG(std::string, metrics_listen, radixkv::kDefaultMetricsListen,
+          "Prometheus /metrics on HOST:PORT (empty: off)");
+ABSL_FLAG(std::string, pool, "host,bytes=1GiB",
+          "page pool: host,bytes=1GiB | cuda,device=0,bytes=60GiB | "
+          "none,pages=100000");
+
+ABSL_FLAG(absl::Duration, lease_ttl, absl::Minutes(5),
+          "a lease not ended by Commit(release)/Release expires after this");
+ABSL_FLAG(absl::Duration, keepalive_time, absl::Seconds(30),
+          "HTTP/2 keepalive ping interval towards idle clients");
+ABSL_FLAG(absl::Duration, keepalive_timeout, absl::Seconds(10),
+          "drop a client (ending its session) when a ping is unanswered this long");
+ABSL_FLAG(uint32_t, max_prompt_tokens, 131072,
+          "largest token list accepted by Acquire/Match/Explain");
+ABSL_FLAG(uint32_t, max_string_bytes, 256,
+          "largest namespace string / client name");
+ABSL_FLAG(uint32_t, max_page_size, 1024, "largest namespace page_size (tokens)");
+ABSL_FLAG(uint32_t, max_sessions, 1024, "open sessions at most");
+ABSL_FLAG(uint32_t, max_leases_per_session, 4096, "live leases per session at most");
+ABSL_FLAG(int32_t, max_receive_message_bytes, 16 << 20,
+          "largest gRPC request message");
+ABSL_FLAG(uint64_t, event_buffer, 65536,
+          "events kept for WatchEvents consumers (older ones become gaps)");
+ABSL_FLAG(bool, allow_key_mode, false,
+          "accept block_keys instead of tokens (hits cannot be verified)");
+ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
+          "on SIGTERM/SIGINT, how long in-flight calls may finish");
+
+namespace {
+
+void Print(const std::string& line) {
+  std::fputs(line.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "radixkvd: prefix-caching KV store daemon.\n"
+      "  radixkvd [--socket=PATH] [--listen_tcp=HOST:PORT] "
+      "[--metrics_listen=HOST:PORT] [--pool=SPEC] ...");
+  absl::ParseCommandLine(argc, argv);
+  using radixkv::daemon::Log;
+  using radixkv::daemon::LogLevel;
+
+  auto level = radixkv::daemon::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!level.ok()) {
+    std::fprintf(stderr, "radixkvd: %s\n", std::string(level.status().message()).c_str());
+    return 2;
+  }
+  radixkv::daemon::SetLogLevel(*level);
+
+  // Block the shutdown signals before any thread starts, so every thread
+  // inherits the mask and only sigwait below sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  radixkv::daemon::ServerOptions o;
+  o.socket_path = absl::GetFlag(FLAGS_socket);
+  o.listen_tcp = absl::GetFlag(FLAGS_listen_tcp);
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.pool = absl::GetFlag(FLAGS_pool);
+  o.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
+  o.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
+  o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
+  o.cache.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  o.cache.max_string_bytes = absl::GetFlag(FLAGS_max_string_bytes);
+  o.cache.max_page_size = absl::GetFlag(FLAGS_max_page_size);
+  o.cache.allow_key_mode = absl::GetFlag(FLAGS_allow_key_mode);
+  o.cache.event_buffer = absl::GetFlag(FLAGS_event_buffer);
+  o.cache.sessions.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
+  o.cache.sessions.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  o.cache.sessions.max_leases_per_session =
+      absl::GetFlag(FLAGS_max_leases_per_session);
+
+  auto server = radixkv::daemon::Server::Start(o);
+  if (!server.ok()) {
+    std::fprintf(stderr, "radixkvd: cannot start: %s\n",
+                 server.status().ToString().c_str());
+    return 1;
+  }
+  radixkv::daemon::Server& s = **server;
+  if (!o.socket_path.empty()) {
+    Print(absl::StrCat("radixkvd: gRPC on ", radixkv::UnixTarget(o.socket_path)));
+  }
+  if (!o.listen_tcp.empty()) {
+    const size_t colon = o.listen_tcp.rfind(':');
+    Print(absl::StrCat("radixkvd: gRPC on ", o.listen_tcp.substr(0, colon), ":",
+                       s.tcp_port()));
+  }
+  Print(absl::StrCat("radixkvd: attach socket ",
+                     s.attach_socket_path().empty() ? "(none)"
+                                                    : s.attach_socket_path()));
+  Print(absl::StrCat("radixkvd: metrics ",
+                     s.metrics_url().empty() ? "(off)" : s.metrics_url()));
+  Print(absl::StrCat("radixkvd: pool ", o.pool,
+                     " (allocated when the first namespace binds)"));
+  Print("radixkvd: ready");
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  Log(LogLevel::kInfo, absl::StrCat("signal ", sig, ": draining"));
+  s.Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
+  server->reset();
+  Log(LogLevel::kInfo, "stopped");
+  return 0;
+}

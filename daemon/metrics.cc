@@ -1,0 +1,216 @@
+#include "daemon/metrics.h"
+
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/cache.h"
+#include "prometheus/text_serializer.h"
+
+namespace radixkv::daemon {
+namespace {
+
+// Upper bounds of the latency histogram: 10 us .. 10 s.
+const std::vector<double>& LatencyBuckets() {
+  static const auto* b = new std::vector<double>{
+      1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
+      5e-3, 1e-2,   2.5e-2, 5e-2, 0.1, 0.25,  0.5,  1,    2.5, 10};
+  return *b;
+}
+
+const char* CodeName(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk: return "OK";
+    case absl::StatusCode::kCancelled: return "CANCELLED";
+    case absl::StatusCode::kUnknown: return "UNKNOWN";
+    case absl::StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
+    case absl::StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
+    case absl::StatusCode::kNotFound: return "NOT_FOUND";
+    case absl::StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
+    case absl::StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
+    case absl::StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
+    case absl::StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
+    case absl::StatusCode::kAborted: return "ABORTED";
+    case absl::StatusCode::kOutOfRange: return "OUT_OF_RANGE";
+    case absl::StatusCode::kUnimplemented: return "UNIMPLEMENTED";
+    case absl::StatusCode::kInternal: return "INTERNAL";
+    case absl::StatusCode::kUnavailable: return "UNAVAILABLE";
+    case absl::StatusCode::kDataLoss: return "DATA_LOSS";
+    case absl::StatusCode::kUnauthenticated: return "UNAUTHENTICATED";
+    default: return "UNKNOWN";
+  }
+}
+
+prometheus::MetricFamily Family(const char* name, const char* help,
+                                prometheus::MetricType type) {
+  prometheus::MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  return f;
+}
+
+void AddValue(prometheus::MetricFamily* f, double v,
+              std::vector<prometheus::ClientMetric::Label> labels = {}) {
+  prometheus::ClientMetric m;
+  m.label = std::move(labels);
+  if (f->type == prometheus::MetricType::Counter) {
+    m.counter.value = v;
+  } else {
+    m.gauge.value = v;
+  }
+  f->metric.push_back(std::move(m));
+}
+
+}  // namespace
+
+const char* MethodName(Method m) {
+  switch (m) {
+    case Method::kSession: return "Session";
+    case Method::kAcquire: return "Acquire";
+    case Method::kCommit: return "Commit";
+    case Method::kRelease: return "Release";
+    case Method::kMatch: return "Match";
+    case Method::kGetStats: return "GetStats";
+    case Method::kListNamespaces: return "ListNamespaces";
+    case Method::kDumpTree: return "DumpTree";
+    case Method::kExplain: return "Explain";
+    case Method::kEvict: return "Evict";
+    case Method::kClear: return "Clear";
+    case Method::kListSessions: return "ListSessions";
+    case Method::kWatchEvents: return "WatchEvents";
+    case Method::kCount: break;
+  }
+  return "unknown";
+}
+
+// Produces the cache-state families from one stats snapshot per scrape.
+class Metrics::StateCollector : public prometheus::Collectable {
+ public:
+  explicit StateCollector(const Cache* cache) : cache_(cache) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    using prometheus::MetricType;
+    v1::Stats s;
+    cache_->GetStats(&s);
+    std::vector<prometheus::MetricFamily> out;
+
+    auto pages = Family("radixkv_pages", "Pool pages by state (pinned is a subset of cached).",
+                        MetricType::Gauge);
+    AddValue(&pages, s.free_pages(), {{"state", "free"}});
+    AddValue(&pages, s.writing_pages(), {{"state", "writing"}});
+    AddValue(&pages, s.cached_pages(), {{"state", "cached"}});
+    AddValue(&pages, s.pinned_pages(), {{"state", "pinned"}});
+    out.push_back(std::move(pages));
+
+    auto gauge = [&out](const char* name, const char* help, double v) {
+      auto f = Family(name, help, MetricType::Gauge);
+      AddValue(&f, v);
+      out.push_back(std::move(f));
+    };
+    auto counter = [&out](const char* name, const char* help, double v) {
+      auto f = Family(name, help, MetricType::Counter);
+      AddValue(&f, v);
+      out.push_back(std::move(f));
+    };
+    gauge("radixkv_capacity_pages", "Pages in the pool (0 until the first namespace binds).",
+          s.capacity_pages());
+    gauge("radixkv_page_bytes", "Bytes per page (0 for a none pool or before binding).",
+          s.pool().page_bytes());
+    counter("radixkv_lookup_tokens_total",
+            "Full-block tokens looked up by Acquire.", s.lookup_tokens());
+    counter("radixkv_hit_tokens_total",
+            "Tokens of those lookups found in the cache.", s.hit_tokens());
+    counter("radixkv_lookups_total", "Acquire lookups.", s.lookups());
+    counter("radixkv_matches_total", "Read-only Match lookups.", s.matches());
+    counter("radixkv_inserted_blocks_total", "Blocks committed as new cached blocks.",
+            s.inserted_blocks());
+    counter("radixkv_deduplicated_blocks_total",
+            "Committed blocks that were already cached.", s.deduplicated_blocks());
+    counter("radixkv_evicted_pages_total", "Cached pages evicted.", s.evicted_pages());
+    counter("radixkv_hash_collisions_total",
+            "Key hits rejected because the stored tokens differed.", s.hash_collisions());
+    gauge("radixkv_sessions", "Open sessions.", s.sessions());
+    gauge("radixkv_leases", "Live leases.", s.leases());
+    counter("radixkv_lease_expired_total", "Leases ended by --lease_ttl.",
+            s.lease_expired());
+    gauge("radixkv_tree_nodes", "Nodes (cached blocks) in the radix tree.", s.tree_nodes());
+    gauge("radixkv_namespaces", "Namespaces registered.", s.namespaces());
+    gauge("radixkv_invariants_ok",
+          "1 when free + writing + cached == capacity and pinned <= cached.",
+          s.invariants_ok() ? 1 : 0);
+    gauge("radixkv_uptime_seconds", "Seconds since radixkvd started.", s.uptime_seconds());
+    return out;
+  }
+
+ private:
+  const Cache* cache_;
+};
+
+Metrics::Metrics(const Cache* cache)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      state_(std::make_shared<StateCollector>(cache)) {
+  requests_ = &prometheus::BuildCounter()
+                   .Name("radixkv_requests_total")
+                   .Help("RPCs handled, by method and gRPC status code.")
+                   .Register(*registry_);
+  durations_ = &prometheus::BuildHistogram()
+                    .Name("radixkv_request_duration_seconds")
+                    .Help("RPC handling time in the daemon, by method.")
+                    .Register(*registry_);
+  for (int i = 0; i < static_cast<int>(Method::kCount); ++i) {
+    const char* name = MethodName(static_cast<Method>(i));
+    series_[i].duration =
+        &durations_->Add({{"method", name}}, LatencyBuckets());
+    series_[i].by_code[0].store(
+        &requests_->Add({{"method", name}, {"code", "OK"}}));
+  }
+}
+
+Metrics::~Metrics() { exposer_.reset(); }
+
+absl::Status Metrics::Serve(const std::string& listen) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
+  } catch (const std::exception& e) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "metrics_listen ", listen,
+        ": address in use or cannot be bound (", e.what(),
+        "); pass another --metrics_listen, or --metrics_listen= to disable"));
+  }
+  exposer_->RegisterCollectable(registry_);
+  exposer_->RegisterCollectable(state_);
+  return absl::OkStatus();
+}
+
+int Metrics::port() const {
+  if (exposer_ == nullptr) return 0;
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+void Metrics::Record(Method method, const absl::Status& status,
+                     absl::Duration latency) {
+  MethodSeries& s = series_[static_cast<int>(method)];
+  s.duration->Observe(absl::ToDoubleSeconds(latency));
+  const int code = static_cast<int>(status.code());
+  const int slot = code >= 0 && code < 17 ? code : 2;  // 2 = UNKNOWN
+  prometheus::Counter* c = s.by_code[slot].load(std::memory_order_acquire);
+  if (c == nullptr) {
+    // Family::Add is idempotent and locked; racing threads get one series.
+    c = &requests_->Add({{"method", MethodName(method)},
+                         {"code", CodeName(static_cast<absl::StatusCode>(slot))}});
+    s.by_code[slot].store(c, std::memory_order_release);
+  }
+  c->Increment();
+}
+
+std::string Metrics::Render() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::vector<prometheus::MetricFamily> state = state_->Collect();
+  families.insert(families.end(), std::make_move_iterator(state.begin()),
+                  std::make_move_iterator(state.end()));
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace radixkv::daemon

@@ -1,0 +1,31 @@
+#include "daemon/rpc_util.h"
+
+#include <chrono>
+
+#include "daemon/status_util.h"
+
+namespace radixkv::daemon {
+
+absl::Status Admission(const grpc::CallbackServerContext* ctx,
+                       const ServiceEnv& env) {
+  if (env.draining != nullptr && env.draining->load(std::memory_order_acquire)) {
+    return absl::UnavailableError(
+        "radixkvd is shutting down; retry after it restarts");
+  }
+  if (ctx->deadline() < std::chrono::system_clock::now()) {
+    return absl::DeadlineExceededError("deadline passed before handling");
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
+                                      const ServiceEnv& env, Method method,
+                                      absl::Time start,
+                                      const absl::Status& status) {
+  if (env.metrics != nullptr) env.metrics->Record(method, status, absl::Now() - start);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace radixkv::daemon
