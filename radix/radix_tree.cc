@@ -47,7 +47,7 @@ RadixTree::Impl::Impl(const RadixTreeOptions& o)
       sentinel(o.capacity_pages),
       nodes(new Node[size_t{o.capacity_pages} + 1]),
       index(0, PageHash{nodes.get()}, PageEq{nodes.get()}) {
-  absl::MutexLock lock(&mu);
+  WriterMutexLock lock(&mu);
   for (PageId p = 0; p < capacity; ++p) {
     nodes[p].lru_next = p + 1 < capacity ? p + 1 : kNoPage;
   }
@@ -230,7 +230,7 @@ absl::StatusOr<NamespaceId> RadixTree::RegisterNamespace(
         m.max_page_size, "] (max_page_size)"));
   }
   const BlockKey root = NamespaceRoot(spec);
-  absl::MutexLock lock(&m.mu);
+  WriterMutexLock lock(&m.mu);
   if (auto it = m.ns_by_root.find(root); it != m.ns_by_root.end()) {
     if (!(m.namespaces[it->second].spec == spec)) {
       return absl::InternalError(absl::StrCat(
@@ -260,19 +260,19 @@ absl::StatusOr<NamespaceId> RadixTree::RegisterNamespace(
 }
 
 BlockKey RadixTree::namespace_root(NamespaceId ns) const {
-  absl::ReaderMutexLock lock(&impl_->mu);
+  ReaderMutexLock lock(&impl_->mu);
   return ns < impl_->namespaces.size() ? impl_->namespaces[ns].root
                                        : BlockKey{};
 }
 
 uint32_t RadixTree::page_size(NamespaceId ns) const {
-  absl::ReaderMutexLock lock(&impl_->mu);
+  ReaderMutexLock lock(&impl_->mu);
   return ns < impl_->namespaces.size() ? impl_->namespaces[ns].spec.page_size
                                        : 0;
 }
 
 std::vector<NamespaceInfo> RadixTree::ListNamespaces() const {
-  absl::ReaderMutexLock lock(&impl_->mu);
+  ReaderMutexLock lock(&impl_->mu);
   std::vector<NamespaceInfo> out;
   out.reserve(impl_->namespaces.size());
   for (size_t i = 0; i < impl_->namespaces.size(); ++i) {
@@ -287,7 +287,7 @@ absl::StatusOr<MatchResult> RadixTree::Match(
     NamespaceId ns, absl::Span<const BlockKey> keys,
     absl::Span<const uint32_t> tokens) const {
   Impl& m = *impl_;
-  absl::ReaderMutexLock lock(&m.mu);
+  ReaderMutexLock lock(&m.mu);
   if (absl::Status s = m.ValidateRequest("Match", ns, keys, tokens); !s.ok()) {
     return s;
   }
@@ -314,7 +314,7 @@ absl::StatusOr<MatchResult> RadixTree::Match(
 
 absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
   Impl& m = *impl_;
-  absl::MutexLock lock(&m.mu);
+  WriterMutexLock lock(&m.mu);
   if (absl::Status s = m.ValidateRequest("Acquire", req.ns, req.keys,
                                          req.tokens);
       !s.ok()) {
@@ -376,7 +376,7 @@ absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
 absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
                                                uint32_t blocks, bool release) {
   Impl& m = *impl_;
-  absl::MutexLock lock(&m.mu);
+  WriterMutexLock lock(&m.mu);
   auto it = m.leases.find(lease_id);
   if (it == m.leases.end()) {
     return absl::NotFoundError(
@@ -466,7 +466,7 @@ absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
 
 absl::Status RadixTree::Release(LeaseId lease_id) {
   Impl& m = *impl_;
-  absl::MutexLock lock(&m.mu);
+  WriterMutexLock lock(&m.mu);
   auto it = m.leases.find(lease_id);
   if (it == m.leases.end()) {
     return absl::NotFoundError(
@@ -479,7 +479,7 @@ absl::Status RadixTree::Release(LeaseId lease_id) {
 
 uint64_t RadixTree::Evict(uint64_t max_pages) {
   Impl& m = *impl_;
-  absl::MutexLock lock(&m.mu);
+  WriterMutexLock lock(&m.mu);
   uint64_t n = 0;
   while (n < max_pages && m.EvictOne()) ++n;
   m.FlushEvents();
@@ -488,7 +488,7 @@ uint64_t RadixTree::Evict(uint64_t max_pages) {
 
 uint64_t RadixTree::Clear() {
   Impl& m = *impl_;
-  absl::MutexLock lock(&m.mu);
+  WriterMutexLock lock(&m.mu);
   uint64_t n = 0;
   while (m.EvictOne()) ++n;
   if (m.listener != nullptr) {

@@ -20,7 +20,7 @@ absl::StatusOr<std::vector<BlockExplanation>> RadixTree::Explain(
     NamespaceId ns, absl::Span<const BlockKey> keys,
     absl::Span<const uint32_t> tokens) const {
   Impl& m = *impl_;
-  absl::ReaderMutexLock lock(&m.mu);
+  ReaderMutexLock lock(&m.mu);
   if (absl::Status s = m.ValidateRequest("Explain", ns, keys, tokens);
       !s.ok()) {
     return s;
@@ -69,7 +69,7 @@ absl::StatusOr<std::vector<BlockExplanation>> RadixTree::Explain(
 std::vector<NodeInfo> RadixTree::DumpTree(uint32_t max_depth,
                                           uint32_t limit) const {
   Impl& m = *impl_;
-  absl::ReaderMutexLock lock(&m.mu);
+  ReaderMutexLock lock(&m.mu);
   // Depth of every cached node, memoised: each node is resolved once by
   // walking up to the first ancestor whose depth is known.
   constexpr uint32_t kUnknown = 0xffffffffu;
@@ -109,7 +109,7 @@ std::vector<NodeInfo> RadixTree::DumpTree(uint32_t max_depth,
 
 TreeStats RadixTree::GetStats() const {
   Impl& m = *impl_;
-  absl::ReaderMutexLock lock(&m.mu);
+  ReaderMutexLock lock(&m.mu);
   TreeStats s = m.stats;
   s.capacity_pages = m.capacity;
   s.free_pages = m.free_count;
@@ -125,7 +125,7 @@ TreeStats RadixTree::GetStats() const {
 
 size_t RadixTree::IndexMemoryBytes() const {
   Impl& m = *impl_;
-  absl::ReaderMutexLock lock(&m.mu);
+  ReaderMutexLock lock(&m.mu);
   size_t bytes = (size_t{m.capacity} + 1) * sizeof(Node);
   // flat_hash_set: one slot plus one control byte per bucket.
   bytes += m.index.capacity() * (sizeof(PageId) + 1);
@@ -142,17 +142,17 @@ size_t RadixTree::IndexMemoryBytes() const {
 }
 
 PageState RadixTree::TEST_page_state(PageId page) const {
-  absl::ReaderMutexLock lock(&impl_->mu);
+  ReaderMutexLock lock(&impl_->mu);
   return page < impl_->capacity ? impl_->nodes[page].state : PageState::kFree;
 }
 
 uint32_t RadixTree::TEST_refcount(PageId page) const {
-  absl::ReaderMutexLock lock(&impl_->mu);
+  ReaderMutexLock lock(&impl_->mu);
   return page < impl_->capacity ? impl_->nodes[page].refs : 0;
 }
 
 absl::Status RadixTree::CheckInvariants() const {
-  absl::ReaderMutexLock lock(&impl_->mu);
+  ReaderMutexLock lock(&impl_->mu);
   return impl_->CheckLocked();
 }
 

@@ -44,6 +44,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "radix/mutex.h"
 #include "radix/radix_tree.h"
 
 namespace radixkv {
@@ -174,7 +175,7 @@ struct RadixTree::Impl {
   const absl::Time epoch;
   const PageId sentinel;  // == capacity
 
-  mutable absl::Mutex mu;
+  mutable SharedMutex mu;
   // mu protects the following state.
   // capacity + 1 nodes (the last is the recency-list sentinel); never
   // reallocated, so the key index may hold a pointer to it.
