@@ -1,0 +1,169 @@
+// File: client/worker/model.h
+//
+// The reference worker's model: a small decoder-only transformer with
+// deterministic weights generated from a seed (no downloads), used to prove
+// that prefilling only the uncached suffix of a prompt gives the same logits
+// as a full prefill.
+//
+// Architecture (per layer, pre-norm):
+//   h = RMSNorm(x);  q, k, v = h Wq, h Wk, h Wv  (GQA: num_q_heads =
+//   group * num_kv_heads);  RoPE(q, k) at absolute positions;
+//   x += Attention(q, [prefix pages ; local K/V]) Wo;
+//   h = RMSNorm(x);  x += (SiLU(h Wgate) * (h Wup)) Wdown
+// then a final RMSNorm and the output head (tied to the embedding, or a
+// separate matrix). Weights: uniform(-1, 1) from a counter-based hash of
+// (seed, tensor, index), scaled by 1/sqrt(fan_in).
+//
+// KV: the model's KV layout is its namespace layout (num_layers,
+// num_kv_heads, head_dim, page_size, fp32). The K stored in pages and in the
+// local cache is post-RoPE, so cached pages are position-complete.
+//
+// A forward pass (Forward) runs new tokens after a context made of
+//   1. a prefix in pool pages (PrefixView: tokens 0 .. prefix.tokens-1), and
+//   2. the request's local cache (LocalKv: the tokens after the prefix that
+//      earlier Forward calls of this request have run),
+// appends the new tokens' K/V to the local cache and returns the last new
+// token's logits. Prefill = one Forward over the uncached suffix; each
+// decode step = one Forward of one token.
+//
+// Thread safety: a Model is immutable after Create and may be shared by
+// threads; each request needs its own LocalKv. Forward uses internal threads
+// (gpu::ParallelFor) for large matmuls and attention.
+#ifndef RADIXKV_CLIENT_WORKER_MODEL_H_
+#define RADIXKV_CLIENT_WORKER_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "gpu/page_layout.h"
+#include "radix/block_key.h"
+
+namespace radixkv::worker {
+
+struct ModelConfig {
+  std::string name = "tiny";
+  uint32_t num_layers = 2;
+  uint32_t d_model = 64;
+  uint32_t num_q_heads = 4;
+  uint32_t num_kv_heads = 2;
+  uint32_t head_dim = 16;
+  uint32_t ffn_dim = 128;
+  uint32_t vocab = 512;
+  uint32_t page_size = 16;  // tokens per cached block
+  bool tied_embeddings = true;
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  uint64_t seed = 1;
+
+  // INVALID_ARGUMENT naming the field: zero sizes, num_q_heads not a
+  // multiple of num_kv_heads, odd head_dim (RoPE rotates pairs), sizes above
+  // sane limits (layers <= 256, d_model/ffn_dim <= 65536, vocab <= 1<<22).
+  absl::Status Validate() const;
+
+  // The namespace this model's blocks live in: model "radixkv-reference/
+  // <name>", a revision string that encodes every weight-shaping field and
+  // the seed (so two configurations never share K/V), the KV layout, fp32.
+  NamespaceSpec Namespace() const;
+  // The page geometry of the namespace layout (elem_bytes 4).
+  PageGeometry Geometry() const;
+  // Number of weights (embedding, layers, final norm, separate head).
+  uint64_t ParameterCount() const;
+};
+
+// The named sizes: "tiny" (CI), "small" (examples, CPU benchmarks) and
+// "base" (bigger benchmarks). NOT_FOUND lists the names for anything else.
+absl::StatusOr<ModelConfig> NamedModelConfig(absl::string_view name);
+
+// The prefix part of the context: `tokens` tokens whose K/V sit in pool
+// pages (host addresses, block order; elem_bytes 4). Borrowed for a call.
+struct PrefixView {
+  std::vector<const void*> pages;
+  uint32_t tokens = 0;  // REQUIRES: <= pages.size() * page_size
+};
+
+// One request's local K/V cache: the tokens after the prefix that this
+// request computed itself. Layout per tensor: [layer][capacity][kv_head][dim]
+// (the write_kv source layout with layer_stride_tokens == capacity), so full
+// blocks can be written to pages straight from here. Move-only; owned by one
+// request.
+class LocalKv {
+ public:
+  LocalKv(const ModelConfig& config, uint32_t capacity_tokens);
+  LocalKv(LocalKv&&) = default;
+  LocalKv& operator=(LocalKv&&) = default;
+  LocalKv(const LocalKv&) = delete;
+  LocalKv& operator=(const LocalKv&) = delete;
+
+  uint32_t capacity() const { return capacity_; }
+  uint32_t size() const { return size_; }
+  // K (or V) of layer `layer`, token `t` (local index), all kv heads.
+  float* k(uint32_t layer, uint32_t t) { return k_.data() + Index(layer, t); }
+  float* v(uint32_t layer, uint32_t t) { return v_.data() + Index(layer, t); }
+  const float* k(uint32_t layer, uint32_t t) const {
+    return k_.data() + Index(layer, t);
+  }
+  const float* v(uint32_t layer, uint32_t t) const {
+    return v_.data() + Index(layer, t);
+  }
+
+ private:
+  friend class Model;
+  size_t Index(uint32_t layer, uint32_t t) const {
+    return (size_t{layer} * capacity_ + t) * token_floats_;
+  }
+  uint32_t capacity_ = 0;
+  uint32_t size_ = 0;
+  size_t token_floats_ = 0;
+  std::vector<float> k_, v_;
+};
+
+// FLOPs of a forward pass of `new_tokens` tokens after `context_tokens`
+// tokens of context (prefix + local), counting matmuls (2 per multiply-add),
+// attention (QK^T and PV over the visible keys) and the output head for the
+// last token only.
+double ForwardFlops(const ModelConfig& config, uint64_t context_tokens,
+                    uint64_t new_tokens);
+
+class Model {
+ public:
+  // Validates the config and generates the weights.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config);
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+
+  // Runs `tokens` at absolute positions prefix.tokens + local->size() ...,
+  // appends their K/V to `local` and returns the logits of the last one.
+  // INVALID_ARGUMENT (local unchanged) for: no tokens, a token >= vocab, not
+  // enough local capacity, or a prefix that does not fit its pages.
+  absl::StatusOr<std::vector<float>> Forward(const PrefixView& prefix,
+                                             LocalKv* local,
+                                             absl::Span<const uint32_t> tokens) const;
+
+ private:
+  explicit Model(const ModelConfig& config);
+  struct Layer {
+    std::vector<float> attn_norm, wqkv, wo, mlp_norm, wgateup, wdown;
+  };
+
+  ModelConfig config_;
+  std::vector<float> embedding_;  // [vocab][d_model]
+  std::vector<float> head_;       // [d_model][vocab] (transposed embedding when tied)
+  std::vector<float> final_norm_;
+  std::vector<Layer> layers_;
+  std::vector<float> inv_freq_;   // RoPE, [head_dim / 2]
+};
+
+// Index of the largest logit (the smallest index on ties).
+uint32_t Argmax(absl::Span<const float> logits);
+
+}  // namespace radixkv::worker
+
+#endif  // RADIXKV_CLIENT_WORKER_MODEL_H_

@@ -1,0 +1,213 @@
+#include "client/worker/prefix_cache.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "radix/radix_tree.h"
+#include "radix/status_macros.h"
+
+namespace radixkv::worker {
+namespace {
+
+// ---------------------------------------------------------------------------
+// NoPrefixCache
+// ---------------------------------------------------------------------------
+
+class EmptyLease final : public CacheLease {
+ public:
+  explicit EmptyLease(bool degraded) : degraded_(degraded) {}
+  uint32_t matched_blocks() const override { return 0; }
+  uint32_t new_blocks() const override { return 0; }
+  bool degraded() const override { return degraded_; }
+  void* page_address(size_t) const override { return nullptr; }
+  absl::Status Commit(uint32_t blocks, bool) override {
+    if (blocks == 0) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "commit of ", blocks, " blocks: this lease has no new pages"));
+  }
+  absl::Status Release() override { return absl::OkStatus(); }
+
+ private:
+  bool degraded_;
+};
+
+class NoPrefixCache final : public PrefixCache {
+ public:
+  absl::StatusOr<std::unique_ptr<CacheLease>> Acquire(absl::Span<const uint32_t>,
+                                                      bool) override {
+    return std::make_unique<EmptyLease>(false);
+  }
+  std::string Describe() const override { return "none"; }
+};
+
+// ---------------------------------------------------------------------------
+// LocalPrefixCache: RadixTree + host page array.
+// ---------------------------------------------------------------------------
+
+class LocalPrefixCache;
+
+class LocalLease final : public CacheLease {
+ public:
+  LocalLease(RadixTree* tree, uint8_t* pool, uint64_t page_bytes,
+             AcquireResult result)
+      : tree_(tree), pool_(pool), page_bytes_(page_bytes), r_(std::move(result)) {}
+  ~LocalLease() override { (void)Release(); }
+
+  uint32_t matched_blocks() const override { return r_.matched_blocks; }
+  uint32_t new_blocks() const override { return r_.new_blocks; }
+  void* page_address(size_t i) const override {
+    if (i >= r_.pages.size()) return nullptr;
+    return pool_ + uint64_t{r_.pages[i]} * page_bytes_;
+  }
+  absl::Status Commit(uint32_t blocks, bool release) override {
+    if (r_.lease == 0) {
+      if (blocks == 0) return absl::OkStatus();
+      return absl::FailedPreconditionError("commit on a lease that is not held");
+    }
+    ASSIGN_OR_RETURN(CommitResult c, tree_->Commit(r_.lease, blocks, release));
+    if (c.released) r_.lease = 0;
+    return absl::OkStatus();
+  }
+  absl::Status Release() override {
+    if (r_.lease == 0) return absl::OkStatus();
+    const LeaseId id = std::exchange(r_.lease, 0);
+    return tree_->Release(id);
+  }
+
+ private:
+  RadixTree* tree_;
+  uint8_t* pool_;
+  uint64_t page_bytes_;
+  AcquireResult r_;
+};
+
+class LocalPrefixCache final : public PrefixCache {
+ public:
+  LocalPrefixCache(const NamespaceSpec& ns, uint32_t capacity_pages)
+      : ns_(ns),
+        page_bytes_(ns.PageBytes()),
+        tree_(RadixTreeOptions{.capacity_pages = capacity_pages,
+                               .max_page_size = ns.page_size}),
+        pool_(page_bytes_ * capacity_pages) {}
+
+  absl::Status Init() {
+    ASSIGN_OR_RETURN(ns_id_, tree_.RegisterNamespace(ns_));
+    root_ = tree_.namespace_root(ns_id_);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<CacheLease>> Acquire(
+      absl::Span<const uint32_t> tokens, bool allocate) override {
+    const std::vector<BlockKey> keys =
+        ComputeBlockKeys(root_, ns_.page_size, tokens);
+    AcquireRequest req;
+    req.ns = ns_id_;
+    req.keys = keys;
+    req.tokens = tokens.subspan(0, keys.size() * ns_.page_size);
+    req.allocate = allocate;
+    ASSIGN_OR_RETURN(AcquireResult r, tree_.Acquire(req));
+    return std::unique_ptr<CacheLease>(
+        new LocalLease(&tree_, pool_.data(), page_bytes_, std::move(r)));
+  }
+  std::string Describe() const override {
+    return absl::StrCat("local (", tree_.GetStats().capacity_pages, " pages)");
+  }
+
+ private:
+  const NamespaceSpec ns_;
+  const uint64_t page_bytes_;
+  RadixTree tree_;
+  std::vector<uint8_t> pool_;
+  NamespaceId ns_id_ = 0;
+  BlockKey root_;
+};
+
+// ---------------------------------------------------------------------------
+// DaemonPrefixCache: radixkv::Client.
+// ---------------------------------------------------------------------------
+
+class DaemonLease final : public CacheLease {
+ public:
+  explicit DaemonLease(Lease lease) : lease_(std::move(lease)) {
+    // Pages the worker cannot address in this process are useless to it:
+    // serve such a lease as a miss (and let the daemon free its pages).
+    const size_t n = lease_.pages().size();
+    for (size_t i = 0; i < n; ++i) {
+      if (lease_.page_address(i) == nullptr) {
+        usable_ = false;
+        (void)lease_.Release();
+        break;
+      }
+    }
+  }
+  ~DaemonLease() override { (void)Release(); }
+
+  uint32_t matched_blocks() const override {
+    return usable_ ? lease_.matched_blocks() : 0;
+  }
+  uint32_t new_blocks() const override { return usable_ ? lease_.new_blocks() : 0; }
+  bool degraded() const override { return lease_.degraded() || !usable_; }
+  void* page_address(size_t i) const override {
+    return usable_ ? lease_.page_address(i) : nullptr;
+  }
+  absl::Status Commit(uint32_t blocks, bool release) override {
+    if (!usable_ || !lease_.held()) {
+      if (blocks == 0) return absl::OkStatus();
+      return absl::FailedPreconditionError(
+          absl::StrCat("commit of ", blocks, " blocks: lease not held"));
+    }
+    if (blocks == 0 && release) return lease_.Release();
+    return lease_.Commit(blocks, release).status();
+  }
+  absl::Status Release() override { return lease_.Release(); }
+
+ private:
+  Lease lease_;
+  bool usable_ = true;
+};
+
+class DaemonPrefixCache final : public PrefixCache {
+ public:
+  explicit DaemonPrefixCache(Client* client) : client_(client) {}
+
+  absl::StatusOr<std::unique_ptr<CacheLease>> Acquire(
+      absl::Span<const uint32_t> tokens, bool allocate) override {
+    AcquireOptions options;
+    options.allocate = allocate;
+    ASSIGN_OR_RETURN(Lease lease, client_->Acquire(tokens, options));
+    return std::unique_ptr<CacheLease>(new DaemonLease(std::move(lease)));
+  }
+  std::string Describe() const override {
+    return absl::StrCat("daemon ", client_->options().endpoint);
+  }
+
+ private:
+  Client* client_;
+};
+
+}  // namespace
+
+std::unique_ptr<PrefixCache> NewNoPrefixCache() {
+  return std::make_unique<NoPrefixCache>();
+}
+
+absl::StatusOr<std::unique_ptr<PrefixCache>> NewLocalPrefixCache(
+    const NamespaceSpec& ns, uint32_t capacity_pages) {
+  if (ns.PageBytes() == 0) {
+    return absl::InvalidArgumentError(
+        "namespace layout incomplete: page bytes would be 0");
+  }
+  if (capacity_pages == 0) {
+    return absl::InvalidArgumentError("capacity_pages must be > 0");
+  }
+  auto cache = std::make_unique<LocalPrefixCache>(ns, capacity_pages);
+  RETURN_IF_ERROR(cache->Init());
+  return std::unique_ptr<PrefixCache>(std::move(cache));
+}
+
+std::unique_ptr<PrefixCache> NewDaemonPrefixCache(Client* client) {
+  return std::make_unique<DaemonPrefixCache>(client);
+}
+
+}  // namespace radixkv::worker

@@ -1,0 +1,101 @@
+// File: client/worker/prefix_cache.h
+//
+// PrefixCache: what the reference worker needs from a prefix cache, behind
+// one small interface with three implementations:
+//
+//   NoPrefixCache       always a miss, no pages (full prefills; the "no
+//                       cache" baseline).
+//   LocalPrefixCache    in-process: a radix::RadixTree over a host-memory
+//                       page array (benchmarks and tests with no daemon).
+//   DaemonPrefixCache   radixd through radixkv::Client, pages in the mapped
+//                       host pool; degrades to a miss while the daemon is
+//                       away (the client's degraded leases).
+//
+// A CacheLease pins the matched prefix and owns the pages allocated for the
+// next full blocks, exactly as a daemon lease does (DESIGN.md §7): pages
+// [0, matched_blocks) hold cached K/V, pages [matched_blocks, matched_blocks
+// + new_blocks) are for the worker to write, then Commit. A lease that is
+// destroyed while held is released.
+//
+// Thread safety: a PrefixCache may be shared by threads (each
+// implementation documents its locking); a CacheLease belongs to one
+// request/thread.
+#ifndef RADIXKV_CLIENT_WORKER_PREFIX_CACHE_H_
+#define RADIXKV_CLIENT_WORKER_PREFIX_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "radix/block_key.h"
+
+namespace radixkv {
+class Client;
+}  // namespace radixkv
+
+namespace radixkv::worker {
+
+class CacheLease {
+ public:
+  virtual ~CacheLease() = default;
+  CacheLease(const CacheLease&) = delete;
+  CacheLease& operator=(const CacheLease&) = delete;
+
+  virtual uint32_t matched_blocks() const = 0;
+  virtual uint32_t new_blocks() const = 0;
+  // True when the cache could not be consulted (daemon away): a miss.
+  virtual bool degraded() const { return false; }
+  // Host address of page i (matched pages first, then new ones); nullptr
+  // when i is out of range. Valid while the lease lives.
+  virtual void* page_address(size_t i) const = 0;
+  // Commits the next `blocks` new pages (their K/V written) in block order;
+  // with release, also ends the lease. FAILED_PRECONDITION when `blocks`
+  // exceeds the uncommitted new pages or the lease is not held.
+  virtual absl::Status Commit(uint32_t blocks, bool release) = 0;
+  // Ends the lease; idempotent.
+  virtual absl::Status Release() = 0;
+
+ protected:
+  CacheLease() = default;
+};
+
+class PrefixCache {
+ public:
+  virtual ~PrefixCache() = default;
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  // Pins the longest cached prefix of `tokens` (full blocks) and, with
+  // `allocate`, takes pages for the following full blocks (possibly fewer).
+  virtual absl::StatusOr<std::unique_ptr<CacheLease>> Acquire(
+      absl::Span<const uint32_t> tokens, bool allocate) = 0;
+  // "none", "local", "daemon <endpoint>" ...
+  virtual std::string Describe() const = 0;
+
+ protected:
+  PrefixCache() = default;
+};
+
+// Always a miss.
+std::unique_ptr<PrefixCache> NewNoPrefixCache();
+
+// In-process cache of `capacity_pages` pages for namespace `ns` (page bytes
+// from ns.PageBytes()). Thread-safe (the tree locks internally; page memory
+// is handed out under the lease protocol). INVALID_ARGUMENT for an
+// incomplete layout or zero capacity.
+absl::StatusOr<std::unique_ptr<PrefixCache>> NewLocalPrefixCache(
+    const NamespaceSpec& ns, uint32_t capacity_pages);
+
+// Daemon-backed cache over a connected (or still connecting) client created
+// with attach_pool = true and the model's namespace. The client is borrowed
+// and must outlive the cache and its leases. Leases whose pages are not
+// mapped in this process (no pool, a cuda pool) are turned into misses.
+std::unique_ptr<PrefixCache> NewDaemonPrefixCache(Client* client);
+
+}  // namespace radixkv::worker
+
+#endif  // RADIXKV_CLIENT_WORKER_PREFIX_CACHE_H_
