@@ -1,0 +1,458 @@
+// radixkvctl commands that read or change the daemon's state through the
+// Admin service and grpc.health.v1: health, stats, namespaces, sessions,
+// tree, evict, clear, watch.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client/ctl/ctl.h"
+#include "client/ctl/output.h"
+#include "client/status.h"
+#include "grpcpp/impl/codegen/client_unary_call.h"
+#include "grpcpp/impl/codegen/rpc_method.h"
+#include "radixkv/v1/radixkv.grpc.pb.h"
+
+#if defined(RADIXKV_HAVE_HEALTH_PROTO)
+#include "grpc/health/v1/health.pb.h"
+#endif
+
+namespace radixkv::ctl {
+namespace {
+
+using v1::Admin;
+
+std::string ShortNs(const std::string& id) { return Hex(id, 12); }
+
+// ---- health ---------------------------------------------------------------
+
+int RunHealth(Context& ctx) {
+#if defined(RADIXKV_HAVE_HEALTH_PROTO)
+  grpc::health::v1::HealthCheckRequest req;
+  const std::string service = ctx.args.Get("service");
+  req.set_service(service.data(), service.size());
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  // The generated Health stub is not part of the build (only the messages
+  // are), so call the method the way generated code does.
+  auto channel = ctx.Channel();
+  grpc::internal::RpcMethod method("/grpc.health.v1.Health/Check",
+                                   grpc::internal::RpcMethod::NORMAL_RPC,
+                                   channel);
+  absl::Status s = FromGrpcStatus(
+      grpc::internal::BlockingUnaryCall<grpc::health::v1::HealthCheckRequest,
+                                        grpc::health::v1::HealthCheckResponse,
+                                        google::protobuf::MessageLite,
+                                        google::protobuf::MessageLite>(
+          channel.get(), method, &call, req, &resp));
+  if (s.code() == absl::StatusCode::kNotFound) {
+    // The health service answers NOT_FOUND for a service it does not know.
+    resp.set_status(grpc::health::v1::HealthCheckResponse::SERVICE_UNKNOWN);
+  } else if (!s.ok()) {
+    return Fail(ctx, s);
+  }
+  const bool serving =
+      resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  if (ctx.json()) {
+    *ctx.out << ToJsonLine(resp) << "\n";
+  } else {
+    *ctx.out << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+                    resp.status())
+             << "  " << ctx.global.target << "\n";
+  }
+  if (!serving) {
+    *ctx.err << "Error: radixkvd at " << ctx.global.target << " is "
+             << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+                    resp.status())
+             << "\n";
+    return kExitUnhealthy;
+  }
+  return kExitOk;
+#else
+  return Fail(ctx, absl::UnimplementedError(
+                       "this radixkvctl was built without grpc health protos "
+                       "(apt: grpc-proto)"));
+#endif
+}
+
+// ---- stats ----------------------------------------------------------------
+
+std::string PagesWithBytes(uint64_t pages, uint64_t page_bytes) {
+  if (page_bytes == 0) return HumanCount(pages);
+  return absl::StrCat(HumanCount(pages), " (", HumanBytes(pages * page_bytes),
+                      ")");
+}
+
+int RunStats(Context& ctx) {
+  auto stub = Admin::NewStub(ctx.Channel());
+  v1::GetStatsResponse resp;
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  absl::Status s =
+      FromGrpcStatus(stub->GetStats(&call, v1::GetStatsRequest(), &resp));
+  if (!s.ok()) return Fail(ctx, s);
+  if (ctx.json()) {
+    *ctx.out << ToJsonLine(resp) << "\n";
+    return kExitOk;
+  }
+  const v1::Stats& st = resp.stats();
+  const uint64_t pb = st.pool().page_bytes();
+  KeyValueList kv;
+  kv.Add("version", st.version().empty() ? "-" : st.version());
+  kv.Add("uptime", HumanDuration(st.uptime_seconds()));
+  kv.Add("pool", absl::StrCat(st.pool().backend().empty() ? "-" : st.pool().backend(),
+                              ", page ", pb == 0 ? "-" : HumanBytes(pb)));
+  kv.Add("capacity", PagesWithBytes(st.capacity_pages(), pb) + " pages");
+  kv.Add("free", PagesWithBytes(st.free_pages(), pb));
+  kv.Add("writing", PagesWithBytes(st.writing_pages(), pb));
+  kv.Add("cached", absl::StrCat(PagesWithBytes(st.cached_pages(), pb), ", ",
+                                Percent(st.cached_pages(), st.capacity_pages()),
+                                " of capacity"));
+  kv.Add("pinned", PagesWithBytes(st.pinned_pages(), pb));
+  kv.Add("hit ratio", absl::StrCat(Percent(st.hit_tokens(), st.lookup_tokens()),
+                                   " (", HumanCount(st.hit_tokens()), " of ",
+                                   HumanCount(st.lookup_tokens()), " tokens)"));
+  kv.Add("lookups", absl::StrCat(HumanCount(st.lookups()), " acquire, ",
+                                 HumanCount(st.matches()), " match"));
+  kv.Add("inserted", absl::StrCat(HumanCount(st.inserted_blocks()), " blocks, ",
+                                  HumanCount(st.deduplicated_blocks()),
+                                  " deduplicated"));
+  kv.Add("evicted", absl::StrCat(HumanCount(st.evicted_pages()), " pages"));
+  kv.Add("collisions", HumanCount(st.hash_collisions()));
+  kv.Add("sessions", HumanCount(st.sessions()));
+  kv.Add("leases", absl::StrCat(HumanCount(st.leases()), " (",
+                                HumanCount(st.lease_expired()), " expired)"));
+  kv.Add("tree nodes", HumanCount(st.tree_nodes()));
+  kv.Add("namespaces", HumanCount(st.namespaces()));
+  kv.Add("invariants", st.invariants_ok() ? "ok" : "VIOLATED");
+  kv.Print(*ctx.out);
+  return kExitOk;
+}
+
+// ---- namespaces -------------------------------------------------------------
+
+int RunNamespaces(Context& ctx) {
+  auto stub = Admin::NewStub(ctx.Channel());
+  v1::ListNamespacesResponse resp;
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  absl::Status s = FromGrpcStatus(
+      stub->ListNamespaces(&call, v1::ListNamespacesRequest(), &resp));
+  if (!s.ok()) return Fail(ctx, s);
+  if (ctx.json()) {
+    *ctx.out << ToJsonLine(resp) << "\n";
+    return kExitOk;
+  }
+  Table t({"NAMESPACE", "MODEL", "REVISION", "LORA", "SALT", "LAYOUT", "TP",
+           "BLOCKS", "SESSIONS"});
+  for (const v1::NamespaceEntry& e : resp.namespaces()) {
+    const v1::Namespace& n = e.namespace_();
+    auto or_dash = [](const std::string& s) { return s.empty() ? "-" : s; };
+    t.AddRow({ShortNs(e.namespace_id()), or_dash(n.model()),
+              or_dash(n.model_revision()), or_dash(n.lora()),
+              n.cache_salt().empty() ? "-" : "(set)",
+              absl::StrFormat("L%u H%u D%u %s p%u", n.num_layers(),
+                              n.num_kv_heads(), n.head_dim(),
+                              DTypeShortName(n.dtype()), n.page_size()),
+              absl::StrCat(n.tp_rank(), "/", n.tp_size() == 0 ? 1 : n.tp_size()),
+              HumanCount(e.cached_blocks()), absl::StrCat(e.sessions())});
+  }
+  t.Print(*ctx.out);
+  return kExitOk;
+}
+
+// ---- sessions ---------------------------------------------------------------
+
+int RunSessions(Context& ctx) {
+  auto stub = Admin::NewStub(ctx.Channel());
+  v1::ListSessionsResponse resp;
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  absl::Status s = FromGrpcStatus(
+      stub->ListSessions(&call, v1::ListSessionsRequest(), &resp));
+  if (!s.ok()) return Fail(ctx, s);
+  if (ctx.json()) {
+    *ctx.out << ToJsonLine(resp) << "\n";
+    return kExitOk;
+  }
+  Table t({"SESSION", "CLIENT", "NAMESPACE", "DEVICE", "LEASES", "AGE", "PEER"});
+  for (const v1::SessionEntry& e : resp.sessions()) {
+    t.AddRow({e.session_id().substr(0, 16),
+              e.client_name().empty() ? "-" : e.client_name(),
+              ShortNs(e.namespace_id()), absl::StrCat(e.device()),
+              absl::StrCat(e.leases()), HumanDuration(e.age_seconds()),
+              e.peer().empty() ? "-" : e.peer()});
+  }
+  t.Print(*ctx.out);
+  return kExitOk;
+}
+
+// ---- tree -------------------------------------------------------------------
+
+int RunTree(Context& ctx) {
+  v1::DumpTreeRequest req;
+  absl::StatusOr<uint64_t> limit = ctx.args.GetUint("limit", 20, 1, 10000);
+  if (!limit.ok()) return Fail(ctx, limit.status());
+  req.set_limit(static_cast<uint32_t>(*limit));
+  if (ctx.args.Has("max-depth")) {
+    absl::StatusOr<uint64_t> depth =
+        ctx.args.GetUint("max-depth", 0, 0, 0xffffffffu);
+    if (!depth.ok()) return Fail(ctx, depth.status());
+    req.set_max_depth(static_cast<uint32_t>(*depth));
+  }
+  auto stub = Admin::NewStub(ctx.Channel());
+  v1::DumpTreeResponse resp;
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  absl::Status s = FromGrpcStatus(stub->DumpTree(&call, req, &resp));
+  if (!s.ok()) return Fail(ctx, s);
+  if (ctx.json()) {
+    *ctx.out << ToJsonLine(resp) << "\n";
+    return kExitOk;
+  }
+  Table t({"KEY", "DEPTH", "PAGE", "REFS", "CHILDREN", "AGE", "NAMESPACE"});
+  for (const v1::TreeNode& n : resp.nodes()) {
+    t.AddRow({Hex(n.key(), 16) + "..", absl::StrCat(n.depth()),
+              absl::StrCat(n.page()), absl::StrCat(n.refcount()),
+              absl::StrCat(n.children()), HumanDuration(n.age_seconds()),
+              ShortNs(n.namespace_id())});
+  }
+  t.Print(*ctx.out);
+  *ctx.out << "(" << resp.nodes_size() << " of " << resp.total_nodes()
+           << " cached blocks shown"
+           << (resp.truncated() ? "; raise --limit for more" : "") << ")\n";
+  return kExitOk;
+}
+
+// ---- evict / clear ------------------------------------------------------------
+
+int RunEvict(Context& ctx) {
+  absl::StatusOr<uint64_t> pages =
+      ctx.args.RequireUint("pages", 1, uint64_t{1} << 40);
+  if (!pages.ok()) return Fail(ctx, pages.status());
+  v1::EvictRequest req;
+  req.set_pages(*pages);
+  auto stub = Admin::NewStub(ctx.Channel());
+  v1::EvictResponse resp;
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  absl::Status s = FromGrpcStatus(stub->Evict(&call, req, &resp));
+  if (!s.ok()) return Fail(ctx, s);
+  if (ctx.json()) {
+    *ctx.out << ToJsonLine(resp) << "\n";
+  } else {
+    *ctx.out << "evicted " << resp.evicted() << " of " << *pages
+             << " requested pages\n";
+  }
+  return kExitOk;
+}
+
+int RunClear(Context& ctx) {
+  if (!ctx.args.Has("yes")) {
+    if (!isatty(STDIN_FILENO)) {
+      return BadArgs(ctx,
+                     "clear drops every unpinned cached block; stdin is not a "
+                     "terminal to confirm on, so pass --yes");
+    }
+    *ctx.err << "Clear all unpinned cached blocks? [y/N] " << std::flush;
+    std::string answer;
+    std::getline(std::cin, answer);
+    if (answer != "y" && answer != "Y" && answer != "yes") {
+      *ctx.err << "Error: clear aborted\n";
+      return kExitError;
+    }
+  }
+  auto stub = Admin::NewStub(ctx.Channel());
+  v1::ClearResponse resp;
+  grpc::ClientContext call;
+  ctx.SetDeadline(&call);
+  absl::Status s =
+      FromGrpcStatus(stub->Clear(&call, v1::ClearRequest(), &resp));
+  if (!s.ok()) return Fail(ctx, s);
+  if (ctx.json()) {
+    *ctx.out << ToJsonLine(resp) << "\n";
+  } else {
+    *ctx.out << "removed " << resp.removed() << " blocks; "
+             << resp.pinned_remaining() << " pinned blocks remain\n";
+  }
+  return kExitOk;
+}
+
+// ---- watch --------------------------------------------------------------------
+//
+// SIGINT/SIGTERM are blocked before any gRPC thread exists, and one thread
+// waits for them with sigwait and cancels the stream: no work in a signal
+// handler. g_watch_mu guards the pointer to the live call.
+
+absl::Mutex g_watch_mu;
+grpc::ClientContext* g_watch_call ABSL_GUARDED_BY(g_watch_mu) = nullptr;
+bool g_interrupted ABSL_GUARDED_BY(g_watch_mu) = false;
+
+void SignalWaiter(sigset_t set) {
+  while (true) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) return;
+    absl::MutexLock lock(&g_watch_mu);
+    g_interrupted = true;
+    if (g_watch_call != nullptr) g_watch_call->TryCancel();
+  }
+}
+
+std::string FormatEvent(const v1::Event& e) {
+  const std::string when = absl::FormatTime(
+      "%H:%M:%E3S", absl::FromUnixNanos(static_cast<int64_t>(e.unix_seconds() * 1e9)),
+      absl::LocalTimeZone());
+  std::string line = absl::StrCat(e.sequence(), "  ", when, "  ");
+  switch (e.kind_case()) {
+    case v1::Event::kStored:
+      absl::StrAppend(&line, "stored   key=", Hex(e.stored().key(), 16),
+                      ".. depth=", e.stored().depth(), " page=",
+                      e.stored().page(), " ns=",
+                      ShortNs(e.stored().namespace_id()));
+      break;
+    case v1::Event::kRemoved:
+      absl::StrAppend(&line, "removed  key=", Hex(e.removed().key(), 16),
+                      ".. page=", e.removed().page(), " ns=",
+                      ShortNs(e.removed().namespace_id()));
+      break;
+    case v1::Event::kCleared:
+      absl::StrAppend(&line, "cleared");
+      break;
+    case v1::Event::kGap:
+      absl::StrAppend(&line, "GAP      missed events ", e.gap().first_missing(),
+                      "..", e.gap().next_sequence() - 1,
+                      " (the daemon's event buffer overflowed)");
+      break;
+    default:
+      absl::StrAppend(&line, "unknown event");
+  }
+  return line;
+}
+
+int RunWatch(Context& ctx) {
+  absl::StatusOr<uint64_t> from =
+      ctx.args.GetUint("from", 0, 0, ~uint64_t{0});
+  if (!from.ok()) return Fail(ctx, from.status());
+  absl::StatusOr<uint64_t> count =
+      ctx.args.GetUint("count", 0, 0, ~uint64_t{0});
+  if (!count.ok()) return Fail(ctx, count.status());
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before gRPC starts threads
+  std::thread(SignalWaiter, set).detach();
+
+  auto channel = ctx.Channel();
+  if (!channel->WaitForConnected(
+          absl::ToChronoTime(absl::Now() + ctx.global.timeout))) {
+    return Fail(ctx, absl::UnavailableError("no connection"));
+  }
+  auto stub = Admin::NewStub(channel);
+  v1::WatchEventsRequest req;
+  req.set_start_sequence(*from);
+  grpc::ClientContext call;
+  {
+    absl::MutexLock lock(&g_watch_mu);
+    if (g_interrupted) return kExitOk;
+    g_watch_call = &call;
+  }
+  auto reader = stub->WatchEvents(&call, req);
+  v1::Event event;
+  uint64_t seen = 0;
+  uint64_t expected = 0;  // next sequence number, once known
+  while ((*count == 0 || seen < *count) && reader->Read(&event)) {
+    ++seen;
+    if (expected != 0 && event.sequence() > expected &&
+        event.kind_case() != v1::Event::kGap) {
+      // The daemon reports its own gaps; this catches any it did not.
+      *ctx.err << "warning: events " << expected << ".."
+               << event.sequence() - 1 << " were not received\n";
+    }
+    if (event.kind_case() == v1::Event::kGap) {
+      expected = event.gap().next_sequence();
+    } else {
+      expected = event.sequence() + 1;
+    }
+    *ctx.out << (ctx.json() ? ToJsonLine(event) : FormatEvent(event)) << "\n"
+             << std::flush;
+  }
+  bool interrupted;
+  {
+    absl::MutexLock lock(&g_watch_mu);
+    interrupted = g_interrupted;
+    if (*count != 0 && seen >= *count) call.TryCancel();
+  }
+  absl::Status s = FromGrpcStatus(reader->Finish());
+  {
+    absl::MutexLock lock(&g_watch_mu);
+    g_watch_call = nullptr;
+  }
+  if (interrupted || (*count != 0 && seen >= *count)) return kExitOk;
+  if (!s.ok()) return Fail(ctx, s);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> AdminCommands() {
+  return {
+      {"health", "Cluster health and state",
+       "Check the daemon's grpc.health.v1 status (exit 4 unless SERVING)", "",
+       "radixkvctl health\nradixkvctl --endpoint=/run/radixkv/radixkvd.sock health -o json",
+       "Calls grpc.health.v1.Health/Check. Prints SERVING and exits 0, or "
+       "prints the status and exits 4 (NOT_SERVING, e.g. while draining).",
+       {{"service", true, "service name to check (default: the whole server)"}},
+       RunHealth},
+      {"stats", "Cluster health and state",
+       "Show pool occupancy, hit ratio, sessions and leases", "",
+       "radixkvctl stats\nradixkvctl stats -o json | jq .stats.hit_tokens", "",
+       {}, RunStats},
+      {"namespaces", "Cluster health and state",
+       "List namespaces (model, layout, tenant) and their cached blocks", "",
+       "radixkvctl namespaces", "", {}, RunNamespaces},
+      {"sessions", "Cluster health and state",
+       "List worker sessions with their leases and age", "",
+       "radixkvctl sessions -o json", "", {}, RunSessions},
+      {"tree", "Cache contents",
+       "Show the top of the radix tree: shallowest blocks first", "",
+       "radixkvctl tree --limit=50 --max-depth=2",
+       "Columns: key prefix, depth (block index in its prompt), page, "
+       "refcount (leases pinning it), children, age since last use, "
+       "namespace. Output is bounded by --limit.",
+       {{"limit", true, "at most this many blocks (default 20, max 10000)"},
+        {"max-depth", true, "deepest block index to show (0: first blocks)"}},
+       RunTree},
+      {"watch", "Cache contents",
+       "Follow cache events (stored, removed, cleared) until interrupted", "",
+       "radixkvctl watch\nradixkvctl watch --from=1 --count=10 -o json",
+       "Streams Admin.WatchEvents. Each event has a sequence number; a GAP "
+       "line says which events this consumer missed. Stops on Ctrl-C "
+       "(exit 0) or after --count events.",
+       {{"from", true, "first sequence number (default 0: from now on)"},
+        {"count", true, "stop after this many events (default 0: never)"}},
+       RunWatch},
+      {"evict", "Maintenance",
+       "Evict up to N least-recently-used unpinned blocks", "--pages=N",
+       "radixkvctl evict --pages=1000",
+       "", {{"pages", true, "how many pages to evict (required)"}}, RunEvict},
+      {"clear", "Maintenance",
+       "Drop every unpinned cached block (asks for confirmation)", "",
+       "radixkvctl clear --yes",
+       "Asks \"Clear all unpinned cached blocks? [y/N]\" on a terminal. "
+       "Without a terminal, --yes is required (else exit 3).",
+       {{"yes", false, "do not ask for confirmation"}}, RunClear},
+  };
+}
+
+}  // namespace radixkv::ctl

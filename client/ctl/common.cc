@@ -1,0 +1,220 @@
+// Shared helpers of radixkvctl commands: flag values, namespace and token
+// parsing, the daemon channel and the error -> exit code mapping.
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/ctl/ctl.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "radix/status_macros.h"
+
+namespace radixkv::ctl {
+
+std::string Args::Get(const std::string& name,
+                      const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+absl::StatusOr<uint64_t> Args::GetUint(const std::string& name,
+                                       uint64_t fallback, uint64_t min,
+                                       uint64_t max) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(it->second, &v) || v < min || v > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, "=", it->second,
+                     ": want an integer in ", min, "..", max));
+  }
+  return v;
+}
+
+absl::StatusOr<uint64_t> Args::RequireUint(const std::string& name,
+                                           uint64_t min, uint64_t max) const {
+  if (!Has(name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, " is required (an integer in ", min, "..", max, ")"));
+  }
+  return GetUint(name, 0, min, max);
+}
+
+std::shared_ptr<grpc::Channel> Context::Channel() {
+  if (channel_ == nullptr) {
+    channel_ = grpc::CreateChannel(global.target,
+                                   grpc::InsecureChannelCredentials());
+  }
+  return channel_;
+}
+
+void Context::SetDeadline(grpc::ClientContext* ctx) const {
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + global.timeout));
+}
+
+int Fail(Context& ctx, const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      *ctx.err << "Error: radixkvd at " << ctx.global.target
+               << " is unreachable or did not answer within "
+               << absl::FormatDuration(ctx.global.timeout) << ": "
+               << status.message() << "\n";
+      return kExitUnreachable;
+    case absl::StatusCode::kInvalidArgument:
+      *ctx.err << "Error: " << status.message() << "\n";
+      return kExitBadArgs;
+    default:
+      *ctx.err << "Error: " << absl::StatusCodeToString(status.code()) << ": "
+               << status.message() << "\n";
+      return kExitError;
+  }
+}
+
+int BadArgs(Context& ctx, const std::string& message) {
+  *ctx.err << "Error: " << message << "\n";
+  return kExitBadArgs;
+}
+
+std::vector<FlagSpec> NamespaceFlags() {
+  return {
+      {"model", true, "model name (required; may be empty: --model=)"},
+      {"model-revision", true, "weights revision"},
+      {"lora", true, "LoRA adapter name"},
+      {"salt", true, "tenant cache salt"},
+      {"layers", true, "number of layers (required)"},
+      {"kv-heads", true, "number of KV heads (required)"},
+      {"head-dim", true, "head dimension (required)"},
+      {"page-size", true, "tokens per block (default 16)"},
+      {"dtype", true, "fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (required)"},
+      {"tp-rank", true, "tensor-parallel rank (default 0)"},
+      {"tp-size", true, "tensor-parallel size (default 1)"},
+  };
+}
+
+absl::StatusOr<DType> ParseDType(const std::string& name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  struct Alias {
+    const char* name;
+    DType dtype;
+  };
+  static constexpr Alias kAliases[] = {
+      {"fp32", DType::kFloat32},      {"float32", DType::kFloat32},
+      {"f32", DType::kFloat32},       {"dtype_float32", DType::kFloat32},
+      {"fp16", DType::kFloat16},      {"float16", DType::kFloat16},
+      {"f16", DType::kFloat16},       {"half", DType::kFloat16},
+      {"dtype_float16", DType::kFloat16},
+      {"bf16", DType::kBFloat16},     {"bfloat16", DType::kBFloat16},
+      {"dtype_bfloat16", DType::kBFloat16},
+      {"fp8_e4m3", DType::kFloat8E4M3}, {"fp8e4m3", DType::kFloat8E4M3},
+      {"float8_e4m3", DType::kFloat8E4M3},
+      {"dtype_float8_e4m3", DType::kFloat8E4M3},
+      {"fp8_e5m2", DType::kFloat8E5M2}, {"fp8e5m2", DType::kFloat8E5M2},
+      {"float8_e5m2", DType::kFloat8E5M2},
+      {"dtype_float8_e5m2", DType::kFloat8E5M2},
+      {"int8", DType::kInt8},         {"dtype_int8", DType::kInt8},
+  };
+  for (const Alias& a : kAliases) {
+    if (n == a.name) return a.dtype;
+  }
+  uint32_t v = 0;
+  if (absl::SimpleAtoi(n, &v) && v >= 1 && v <= 6) return static_cast<DType>(v);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--dtype=", name,
+      ": want fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8 or the enum value "
+      "1..6"));
+}
+
+const char* DTypeShortName(uint32_t dtype) {
+  switch (static_cast<DType>(dtype)) {
+    case DType::kFloat32: return "fp32";
+    case DType::kFloat16: return "fp16";
+    case DType::kBFloat16: return "bf16";
+    case DType::kFloat8E4M3: return "fp8_e4m3";
+    case DType::kFloat8E5M2: return "fp8_e5m2";
+    case DType::kInt8: return "int8";
+    default: return "unspecified";
+  }
+}
+
+absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args) {
+  constexpr uint64_t kU32Max = 0xffffffffu;
+  NamespaceSpec ns;
+  if (!args.Has("model")) {
+    return absl::InvalidArgumentError(
+        "--model is required (use --model= for an empty name)");
+  }
+  ns.model = args.Get("model");
+  ns.model_revision = args.Get("model-revision");
+  ns.lora = args.Get("lora");
+  ns.cache_salt = args.Get("salt");
+  ASSIGN_OR_RETURN(uint64_t layers, args.RequireUint("layers", 1, kU32Max));
+  ASSIGN_OR_RETURN(uint64_t heads, args.RequireUint("kv-heads", 1, kU32Max));
+  ASSIGN_OR_RETURN(uint64_t dim, args.RequireUint("head-dim", 1, kU32Max));
+  ASSIGN_OR_RETURN(uint64_t page, args.GetUint("page-size", 16, 1, kU32Max));
+  ASSIGN_OR_RETURN(uint64_t tp_size, args.GetUint("tp-size", 1, 1, kU32Max));
+  ASSIGN_OR_RETURN(uint64_t tp_rank,
+                   args.GetUint("tp-rank", 0, 0, tp_size - 1));
+  if (!args.Has("dtype")) {
+    return absl::InvalidArgumentError(
+        "--dtype is required (fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8)");
+  }
+  ASSIGN_OR_RETURN(ns.dtype, ParseDType(args.Get("dtype")));
+  ns.num_layers = static_cast<uint32_t>(layers);
+  ns.num_kv_heads = static_cast<uint32_t>(heads);
+  ns.head_dim = static_cast<uint32_t>(dim);
+  ns.page_size = static_cast<uint32_t>(page);
+  ns.tp_rank = static_cast<uint32_t>(tp_rank);
+  ns.tp_size = static_cast<uint32_t>(tp_size);
+  return ns;
+}
+
+namespace {
+
+absl::Status AppendTokens(absl::string_view text, absl::string_view origin,
+                          std::vector<uint32_t>* tokens) {
+  for (absl::string_view piece :
+       absl::StrSplit(text, absl::ByAnyChar(", \t\r\n"), absl::SkipEmpty())) {
+    uint32_t t = 0;
+    if (!absl::SimpleAtoi(piece, &t)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokens", origin, ": \"", piece,
+                       "\" is not a token id (an integer in 0..4294967295)"));
+    }
+    tokens->push_back(t);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint32_t>> TokensFromArgs(const Args& args) {
+  std::vector<uint32_t> tokens;
+  for (const std::string& arg : args.positional()) {
+    RETURN_IF_ERROR(AppendTokens(arg, "", &tokens));
+  }
+  if (args.Has("file")) {
+    const std::string path = args.Get("file");
+    std::ifstream in(path);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--file=", path, ": cannot open"));
+    }
+    std::stringstream buf;
+    buf << in.rdbuf();
+    RETURN_IF_ERROR(AppendTokens(buf.str(), absl::StrCat(" in ", path), &tokens));
+  }
+  if (tokens.empty()) {
+    return absl::InvalidArgumentError(
+        "no tokens: give token ids as arguments (\"1 2 3\" or 1,2,3) or "
+        "--file PATH");
+  }
+  return tokens;
+}
+
+}  // namespace radixkv::ctl

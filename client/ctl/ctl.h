@@ -1,0 +1,140 @@
+// File: client/ctl/ctl.h
+//
+// The command framework of radixkvctl (etcdctl-like): global options, the
+// per-command flag parser's result (Args), the Command table, exit codes and
+// the helpers shared by the command files.
+//
+//   radixkvctl [--endpoint E] [--timeout D] [-o text|json] <command> [flags] [args]
+//
+// Each command file contributes a list of Command descriptors (name, group,
+// one-line summary, usage, example, flags, run function); main.cc parses the
+// command line against them and prints grouped help.
+//
+// Thread safety: single-threaded use (one command per process), except the
+// SIGINT handling of `watch`, which is documented there.
+#ifndef RADIXKV_CLIENT_CTL_CTL_H_
+#define RADIXKV_CLIENT_CTL_CTL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "radix/block_key.h"
+
+namespace radixkv::ctl {
+
+// Exit codes (documented in `radixkvctl --help` and docs/CLI.md).
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitError = 1,        // the daemon answered with an error, or I/O failed
+  kExitUnreachable = 2,  // no connection, or the deadline passed
+  kExitBadArgs = 3,      // unknown command/flag, bad value, missing argument
+  kExitUnhealthy = 4,    // `health`: the daemon is not SERVING
+};
+
+enum class OutputFormat { kText, kJson };
+
+struct GlobalOptions {
+  std::string endpoint;  // as given; empty = the daemon's default socket
+  std::string target;    // the gRPC target derived from it
+  absl::Duration timeout = absl::Seconds(5);
+  OutputFormat output = OutputFormat::kText;
+};
+
+// A command-specific flag. Boolean flags take no value ("--yes").
+struct FlagSpec {
+  std::string name;  // without the leading dashes
+  bool takes_value = true;
+  std::string help;
+};
+
+// A command's parsed flags and positional arguments.
+class Args {
+ public:
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  // The flag's value, or `fallback` when absent.
+  std::string Get(const std::string& name,
+                  const std::string& fallback = "") const;
+  // Unsigned integer flag in [min, max]; INVALID_ARGUMENT names the flag and
+  // the range. Absent: `fallback`.
+  absl::StatusOr<uint64_t> GetUint(const std::string& name, uint64_t fallback,
+                                   uint64_t min, uint64_t max) const;
+  // Like GetUint, but the flag must be present.
+  absl::StatusOr<uint64_t> RequireUint(const std::string& name, uint64_t min,
+                                       uint64_t max) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+  void Set(const std::string& name, std::string value) {
+    values_[name] = std::move(value);
+  }
+  void AddPositional(std::string arg) { positional_.push_back(std::move(arg)); }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+struct Context {
+  GlobalOptions global;
+  Args args;
+  std::ostream* out = nullptr;  // stdout: data only
+  std::ostream* err = nullptr;  // stderr: errors, prompts
+
+  bool json() const { return global.output == OutputFormat::kJson; }
+  // The channel to the daemon, created on first use.
+  std::shared_ptr<grpc::Channel> Channel();
+  // Sets the deadline (now + --timeout) on a call context.
+  void SetDeadline(grpc::ClientContext* ctx) const;
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+struct Command {
+  std::string name;
+  std::string group;    // help section
+  std::string summary;  // one line
+  std::string usage;    // arguments after the command name
+  std::string example;  // one or more example lines
+  std::string details;  // optional extra paragraph
+  std::vector<FlagSpec> flags;
+  int (*run)(Context& ctx) = nullptr;
+};
+
+std::vector<Command> AdminCommands();  // health stats namespaces sessions tree evict clear watch
+std::vector<Command> KeyCommands();    // match explain hash size version
+
+// Prints "Error: <message>" on ctx.err and returns the exit code for the
+// status: 2 for UNAVAILABLE/DEADLINE_EXCEEDED (with the endpoint named), 3 for
+// INVALID_ARGUMENT, 1 otherwise.
+int Fail(Context& ctx, const absl::Status& status);
+// Prints "Error: <message>" and returns kExitBadArgs.
+int BadArgs(Context& ctx, const std::string& message);
+
+// The namespace flags shared by match, explain and hash.
+std::vector<FlagSpec> NamespaceFlags();
+// Builds a NamespaceSpec from those flags. --model, --layers, --kv-heads,
+// --head-dim and --dtype are required; --page-size defaults to 16,
+// --tp-size to 1. INVALID_ARGUMENT names the flag.
+absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args);
+// Parses a dtype name: fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (also the long
+// forms float16, bfloat16, DTYPE_FLOAT16, ...) or the enum number.
+absl::StatusOr<DType> ParseDType(const std::string& name);
+const char* DTypeShortName(uint32_t dtype);
+
+// Token ids from positional arguments ("1 2 3", "1,2,3") and/or --file PATH
+// (ids separated by whitespace or commas). INVALID_ARGUMENT names the bad
+// token; an empty list is an error.
+absl::StatusOr<std::vector<uint32_t>> TokensFromArgs(const Args& args);
+
+}  // namespace radixkv::ctl
+
+#endif  // RADIXKV_CLIENT_CTL_CTL_H_
