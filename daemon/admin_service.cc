@@ -21,7 +21,10 @@ class AdminService::Watcher final : public grpc::ServerWriteReactor<v1::Event>,
   }
 
   void OnEventsAvailable() override { TryWrite(); }
-  void OnShutdown() override { FinishOnce(grpc::Status::OK); }
+  void OnShutdown() override {
+    FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            "radixkvd is shutting down"));
+  }
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);

@@ -1,0 +1,210 @@
+// radixkvd as a child process: start-up output, serving, SIGTERM -> exit 0,
+// stale and live sockets, and a worker killed with SIGKILL mid-write.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "radixkv/defaults.h"
+#include "tests/daemon/test_util.h"
+
+#ifndef RADIXKVD_PATH
+#error "RADIXKVD_PATH must name the radixkvd binary"
+#endif
+#ifndef LEASE_HOLDER_PATH
+#error "LEASE_HOLDER_PATH must name the lease_holder binary"
+#endif
+
+namespace radixkv::testing {
+namespace {
+
+// A child process with its stdout (and optionally stderr) on a pipe.
+class Child {
+ public:
+  Child(const std::string& path, const std::vector<std::string>& args) {
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      dup2(out[1], STDERR_FILENO);
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(path.c_str()));
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(path.c_str(), argv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    fd_ = out[0];
+  }
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& output() const { return output_; }
+
+  // Reads output until `needle` appears, EOF, or `seconds` pass.
+  bool WaitForOutput(const std::string& needle, int seconds = 60) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (!absl::StrContains(output_, needle)) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          end - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+      char buf[1024];
+      const ssize_t n = read(fd_, buf, sizeof(buf));
+      if (n <= 0) return absl::StrContains(output_, needle);
+      output_.append(buf, n);
+    }
+    return true;
+  }
+
+  // Waits for exit; returns the exit status or -1 on timeout / signal.
+  int Wait(int seconds = 60) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      int status = 0;
+      const pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        reaped_ = true;
+        WaitForOutput("\x01", 0);  // collect the rest of the output
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  bool reaped_ = false;
+  std::string output_;
+};
+
+std::vector<std::string> DaemonArgs(const std::string& socket,
+                                    const std::string& pool = "none,pages=32") {
+  return {"--socket=" + socket, "--metrics_listen=", "--pool=" + pool,
+          "--keepalive_time=1s", "--keepalive_timeout=2s", "--shutdown_grace=5s"};
+}
+
+v1::Stats GetStats(v1::Admin::Stub* admin) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  v1::GetStatsResponse resp;
+  grpc::Status s = admin->GetStats(&ctx, v1::GetStatsRequest(), &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp.stats();
+}
+
+TEST(DaemonProcessTest, StartsPrintsServesAndExitsOnSigterm) {
+  const std::string socket = TempSocketPath("proc");
+  std::vector<std::string> args = DaemonArgs(socket);
+  args[1] = "--metrics_listen=127.0.0.1:0";
+  Child daemon(RADIXKVD_PATH, args);
+  ASSERT_TRUE(daemon.WaitForOutput("radixkvd: ready")) << daemon.output();
+  EXPECT_TRUE(absl::StrContains(daemon.output(), "gRPC on unix:" + socket));
+  EXPECT_TRUE(absl::StrContains(daemon.output(), "metrics http://127.0.0.1:"));
+  struct stat st;
+  ASSERT_EQ(stat(socket.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+
+  auto channel = grpc::CreateChannel(UnixTarget(socket), grpc::InsecureChannelCredentials());
+  auto kv = v1::KvCache::NewStub(channel);
+  auto admin = v1::Admin::NewStub(channel);
+  {
+    SessionStream session(kv.get(), TestNamespace());
+    ASSERT_TRUE(session.ok()) << session.status().error_message();
+    EXPECT_EQ(GetStats(admin.get()).sessions(), 1u);
+    EXPECT_EQ(GetStats(admin.get()).capacity_pages(), 32u);
+    // The session is still open when SIGTERM arrives: the daemon ends it.
+    ASSERT_EQ(kill(daemon.pid(), SIGTERM), 0);
+    EXPECT_EQ(daemon.Wait(), 0) << daemon.output();
+  }
+}
+
+TEST(DaemonProcessTest, StaleSocketFileIsReplaced) {
+  const std::string socket = TempSocketPath("stale");
+  {  // Leave a socket file nobody listens on.
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    close(fd);
+  }
+  Child daemon(RADIXKVD_PATH, DaemonArgs(socket));
+  ASSERT_TRUE(daemon.WaitForOutput("radixkvd: ready")) << daemon.output();
+  auto admin = v1::Admin::NewStub(
+      grpc::CreateChannel(UnixTarget(socket), grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(GetStats(admin.get()).sessions(), 0u);
+  kill(daemon.pid(), SIGTERM);
+  EXPECT_EQ(daemon.Wait(), 0) << daemon.output();
+}
+
+TEST(DaemonProcessTest, SecondDaemonOnTheSameSocketIsRefused) {
+  const std::string socket = TempSocketPath("twice");
+  Child first(RADIXKVD_PATH, DaemonArgs(socket));
+  ASSERT_TRUE(first.WaitForOutput("radixkvd: ready")) << first.output();
+  Child second(RADIXKVD_PATH, DaemonArgs(socket));
+  EXPECT_EQ(second.Wait(), 1) << second.output();
+  EXPECT_TRUE(absl::StrContains(second.output(), "already listening"))
+      << second.output();
+  // The first one is unharmed.
+  auto admin = v1::Admin::NewStub(
+      grpc::CreateChannel(UnixTarget(socket), grpc::InsecureChannelCredentials()));
+  EXPECT_TRUE(GetStats(admin.get()).invariants_ok());
+  kill(first.pid(), SIGTERM);
+  EXPECT_EQ(first.Wait(), 0) << first.output();
+}
+
+TEST(DaemonProcessTest, KilledWorkerReleasesItsWritingPages) {
+  const std::string socket = TempSocketPath("kill");
+  Child daemon(RADIXKVD_PATH, DaemonArgs(socket, "host,bytes=64KiB"));
+  ASSERT_TRUE(daemon.WaitForOutput("radixkvd: ready")) << daemon.output();
+  auto admin = v1::Admin::NewStub(
+      grpc::CreateChannel(UnixTarget(socket), grpc::InsecureChannelCredentials()));
+
+  Child worker(LEASE_HOLDER_PATH, {socket, "32"});
+  ASSERT_TRUE(worker.WaitForOutput("ready")) << worker.output();
+  v1::Stats s = GetStats(admin.get());
+  EXPECT_EQ(s.sessions(), 1u);
+  EXPECT_EQ(s.leases(), 1u);
+  EXPECT_EQ(s.writing_pages(), 8u);
+
+  ASSERT_EQ(kill(worker.pid(), SIGKILL), 0);
+  EXPECT_EQ(worker.Wait(), -1);  // killed by a signal
+  // Generous: the socket close is seen at once; keepalive (1s + 2s) is the
+  // worst case.
+  EXPECT_TRUE(WaitFor([&] {
+    v1::Stats t = GetStats(admin.get());
+    return t.sessions() == 0 && t.leases() == 0 && t.writing_pages() == 0;
+  }, 60));
+  s = GetStats(admin.get());
+  EXPECT_TRUE(s.invariants_ok());
+  EXPECT_EQ(s.free_pages(), s.capacity_pages());
+  EXPECT_EQ(s.cached_pages(), 0u);
+  kill(daemon.pid(), SIGTERM);
+  EXPECT_EQ(daemon.Wait(), 0) << daemon.output();
+}
+
+}  // namespace
+}  // namespace radixkv::testing

@@ -1,0 +1,413 @@
+// In-process radixkvd: health + reflection, /metrics (checked by promtool),
+// startup errors, the bad-input table, lease TTL and a concurrency run.
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+#include "src/proto/grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "tests/daemon/server_fixture.h"
+#ifdef RADIXKV_HAVE_HEALTH_PROTO
+#include "grpc/health/v1/health.pb.h"
+#endif
+
+namespace radixkv::testing {
+namespace {
+
+namespace refl = ::grpc::reflection::v1alpha;
+
+TEST_F(ServerTest, HealthCheckServing) {
+#ifndef RADIXKV_HAVE_HEALTH_PROTO
+  GTEST_SKIP() << "grpc-proto's health.proto not installed";
+#else
+  StartServer();
+  grpc::TemplatedGenericStub<grpc::health::v1::HealthCheckRequest,
+                             grpc::health::v1::HealthCheckResponse>
+      stub(channel_);
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &req,
+                 &resp, [&](grpc::Status s) { done.set_value(s); });
+  const grpc::Status s = done.get_future().get();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+#endif
+}
+
+TEST_F(ServerTest, ReflectionListsAndDescribesAllServices) {
+  StartServer();
+  auto stub = refl::ServerReflection::NewStub(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  auto stream = stub->ServerReflectionInfo(&ctx);
+  refl::ServerReflectionRequest req;
+  req.set_list_services("");
+  refl::ServerReflectionResponse resp;
+  ASSERT_TRUE(stream->Write(req));
+  ASSERT_TRUE(stream->Read(&resp));
+  std::set<std::string> services;
+  for (const auto& s : resp.list_services_response().service()) {
+    services.insert(s.name());
+  }
+  EXPECT_TRUE(services.count("radixkv.v1.KvCache"));
+  EXPECT_TRUE(services.count("radixkv.v1.Admin"));
+  EXPECT_TRUE(services.count("grpc.health.v1.Health"));
+  // Every listed service can be described (its file found by symbol).
+  for (const std::string& name : services) {
+    refl::ServerReflectionRequest file_req;
+    file_req.set_file_containing_symbol(name);
+    ASSERT_TRUE(stream->Write(file_req));
+    refl::ServerReflectionResponse file_resp;
+    ASSERT_TRUE(stream->Read(&file_resp));
+    EXPECT_GT(file_resp.file_descriptor_response().file_descriptor_proto_size(), 0)
+        << name << ": " << file_resp.error_response().error_message();
+  }
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+// GET http://127.0.0.1:port/metrics over a plain socket.
+std::string HttpGet(int port, const std::string& path) {
+  const std::string cmd = absl::StrCat("curl -sf --max-time 20 http://127.0.0.1:",
+                                       port, path);
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+TEST_F(ServerTest, MetricsEndpointPassesPromtool) {
+  StartServer([](daemon::ServerOptions& o) { o.metrics_listen = "127.0.0.1:0"; });
+  ASSERT_GT(server_->metrics_port(), 0);
+  SessionStream session(kv_.get(), TestNamespace());
+  ASSERT_TRUE(session.ok());
+  Insert(session.id(), Tokens(16, 60));
+  v1::AcquireResponse bad;
+  EXPECT_FALSE(Acquire("", Tokens(4, 1), true, &bad).ok());
+
+  const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  ASSERT_FALSE(text.empty()) << "curl failed against " << server_->metrics_url();
+  for (const char* want :
+       {"radixkv_pages{state=\"free\"} 60", "radixkv_pages{state=\"writing\"} 0",
+        "radixkv_pages{state=\"cached\"} 4", "radixkv_pages{state=\"pinned\"} 0",
+        "radixkv_capacity_pages 64", "radixkv_lookup_tokens_total 16",
+        "radixkv_hit_tokens_total 0", "radixkv_evicted_pages_total 0",
+        "radixkv_hash_collisions_total 0", "radixkv_sessions 1",
+        "radixkv_leases 0", "radixkv_lease_expired_total 0",
+        "radixkv_tree_nodes 4", "radixkv_namespaces 1",
+        "radixkv_requests_total{code=\"OK\",method=\"Acquire\"} 1",
+        "radixkv_requests_total{code=\"INVALID_ARGUMENT\",method=\"Acquire\"} 1",
+        "radixkv_request_duration_seconds_bucket{method=\"Commit\",le=\"+Inf\"} 1"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want;
+  }
+  // No unbounded label values: session ids never appear.
+  EXPECT_EQ(text.find(session.id()), std::string::npos);
+
+  if (access("/usr/bin/promtool", X_OK) != 0) {
+    GTEST_SKIP() << "promtool not installed (apt-get install prometheus)";
+  }
+  const std::string file = absl::StrCat("/tmp/rkd_metrics_", getpid(), ".txt");
+  std::ofstream(file) << text;
+  const int rc = std::system(
+      absl::StrCat("/usr/bin/promtool check metrics < ", file, " >/dev/null 2>&1").c_str());
+  std::remove(file.c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << "promtool check metrics failed on:\n" << text;
+}
+
+TEST(ServerStartTest, MetricsPortInUseIsAClearError) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string listen_addr = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+
+  daemon::ServerOptions o;
+  o.socket_path = TempSocketPath("port");
+  o.metrics_listen = listen_addr;
+  o.pool = "none,pages=8";
+  auto server = daemon::Server::Start(o);
+  close(fd);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(server.status().message().find(
+                absl::StrCat("metrics_listen ", listen_addr, ": address in use")),
+            std::string::npos)
+      << server.status();
+}
+
+TEST(ServerStartTest, BadPoolFlagIsAClearError) {
+  daemon::ServerOptions o;
+  o.socket_path = TempSocketPath("pool");
+  o.pool = "floppy,bytes=1GiB";
+  auto server = daemon::Server::Start(o);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(server.status().message().find("--pool"), std::string::npos);
+}
+
+// --- The bad-input table -------------------------------------------------
+
+struct BadCase {
+  const char* name;
+  grpc::StatusCode code;
+  const char* field;  // must appear in the message
+  std::function<grpc::Status(ServerTest*)> call;
+};
+
+TEST_F(ServerTest, BadInputTable) {
+  StartServer([](daemon::ServerOptions& o) {
+    o.cache.max_prompt_tokens = 64;
+    o.cache.max_string_bytes = 16;
+    o.cache.max_page_size = 32;
+  });
+  SessionStream session(kv_.get(), TestNamespace());
+  SessionStream other(kv_.get(), TestNamespace());
+  ASSERT_TRUE(session.ok() && other.ok());
+  const std::string sid = session.id();
+  v1::AcquireResponse held;  // a live lease of `other`
+  ASSERT_TRUE(Acquire(other.id(), Tokens(8, 70), true, &held).ok());
+  ASSERT_NE(held.lease_id(), 0u);
+
+  auto acquire = [](const std::string& session_id,
+                    const std::function<void(v1::AcquireRequest*)>& fill) {
+    return [session_id, fill](ServerTest* t) {
+      v1::AcquireRequest req;
+      req.set_session_id(session_id);
+      req.set_allocate(true);
+      fill(&req);
+      v1::AcquireResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline());
+      return t->kv_->Acquire(&ctx, req, &resp);
+    };
+  };
+  auto match = [](const std::function<void(v1::MatchRequest*)>& fill) {
+    return [fill](ServerTest* t) {
+      v1::MatchRequest req;
+      *req.mutable_namespace_() = TestNamespace();
+      SetTokens(&req, Tokens(8, 1));
+      fill(&req);
+      v1::MatchResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline());
+      return t->kv_->Match(&ctx, req, &resp);
+    };
+  };
+  auto open = [](const std::function<void(v1::OpenSession*)>& fill) {
+    return [fill](ServerTest* t) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline());
+      auto stream = t->kv_->Session(&ctx);
+      v1::SessionRequest req;
+      *req.mutable_open()->mutable_namespace_() = TestNamespace();
+      fill(req.mutable_open());
+      stream->Write(req);
+      v1::SessionResponse resp;
+      while (stream->Read(&resp)) {
+      }
+      return stream->Finish();
+    };
+  };
+  const uint64_t foreign = held.lease_id();
+  const std::string other_id = other.id();
+
+  const std::vector<BadCase> cases = {
+      {"no session", grpc::StatusCode::INVALID_ARGUMENT, "session_id",
+       acquire("", [](auto* r) { SetTokens(r, Tokens(8, 1)); })},
+      {"unknown session", grpc::StatusCode::NOT_FOUND, "session_id",
+       acquire("00000000000000000000000000000000",
+               [](auto* r) { SetTokens(r, Tokens(8, 1)); })},
+      {"empty tokens", grpc::StatusCode::INVALID_ARGUMENT, "tokens",
+       acquire(sid, [](auto*) {})},
+      {"too many tokens", grpc::StatusCode::INVALID_ARGUMENT,
+       "--max_prompt_tokens=64", acquire(sid, [](auto* r) { SetTokens(r, Tokens(65, 1)); })},
+      {"tokens and keys", grpc::StatusCode::INVALID_ARGUMENT, "block_keys",
+       acquire(sid,
+               [](auto* r) {
+                 SetTokens(r, Tokens(8, 1));
+                 r->add_block_keys(std::string(16, 'k'));
+               })},
+      {"key mode disabled", grpc::StatusCode::FAILED_PRECONDITION,
+       "--allow_key_mode",
+       acquire(sid, [](auto* r) { r->add_block_keys(std::string(16, 'k')); })},
+      {"commit unknown lease", grpc::StatusCode::NOT_FOUND, "lease_id",
+       [sid](ServerTest* t) {
+         v1::CommitResponse c;
+         return t->Commit(sid, 987654321, 1, true, &c);
+       }},
+      {"commit foreign lease", grpc::StatusCode::NOT_FOUND, "lease_id",
+       [sid, foreign](ServerTest* t) {
+         v1::CommitResponse c;
+         return t->Commit(sid, foreign, 1, true, &c);
+       }},
+      {"release foreign lease", grpc::StatusCode::NOT_FOUND, "lease_id",
+       [sid, foreign](ServerTest* t) { return t->Release(sid, foreign); }},
+      {"commit without session", grpc::StatusCode::INVALID_ARGUMENT, "session_id",
+       [foreign](ServerTest* t) {
+         v1::CommitResponse c;
+         return t->Commit("", foreign, 1, true, &c);
+       }},
+      {"commit more than allocated", grpc::StatusCode::FAILED_PRECONDITION,
+       "blocks",
+       [other_id, foreign](ServerTest* t) {
+         v1::CommitResponse c;
+         return t->Commit(other_id, foreign, 3, false, &c);
+       }},
+      {"match page_size 0", grpc::StatusCode::INVALID_ARGUMENT,
+       "namespace.page_size",
+       match([](auto* r) { r->mutable_namespace_()->set_page_size(0); })},
+      {"match page_size too big", grpc::StatusCode::INVALID_ARGUMENT,
+       "--max_page_size",
+       match([](auto* r) { r->mutable_namespace_()->set_page_size(33); })},
+      {"match model too long", grpc::StatusCode::INVALID_ARGUMENT,
+       "namespace.model",
+       match([](auto* r) { r->mutable_namespace_()->set_model(std::string(17, 'm')); })},
+      {"match tp_rank", grpc::StatusCode::INVALID_ARGUMENT, "namespace.tp_rank",
+       match([](auto* r) {
+         r->mutable_namespace_()->set_tp_rank(2);
+         r->mutable_namespace_()->set_tp_size(2);
+       })},
+      {"match unknown dtype", grpc::StatusCode::INVALID_ARGUMENT,
+       "namespace.dtype",
+       match([](auto* r) {
+         r->mutable_namespace_()->set_dtype(static_cast<v1::DType>(99));
+       })},
+      {"open unsupported key version", grpc::StatusCode::INVALID_ARGUMENT,
+       "block_key_version", open([](auto* o) { o->set_block_key_version(2); })},
+      {"open without namespace", grpc::StatusCode::INVALID_ARGUMENT,
+       "open.namespace", open([](auto* o) { o->clear_namespace_(); })},
+      {"open page_bytes mismatch", grpc::StatusCode::FAILED_PRECONDITION,
+       "page_bytes", open([](auto* o) { o->mutable_namespace_()->set_num_layers(2); })},
+      {"open client_name too long", grpc::StatusCode::INVALID_ARGUMENT,
+       "open.client_name",
+       open([](auto* o) { o->set_client_name(std::string(17, 'c')); })},
+  };
+  v1::Stats before = Stats();
+  before.clear_uptime_seconds();
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const grpc::Status s = c.call(this);
+    EXPECT_EQ(s.error_code(), c.code) << s.error_message();
+    EXPECT_NE(s.error_message().find(c.field), std::string::npos)
+        << "message does not name '" << c.field << "': " << s.error_message();
+    v1::Stats after = Stats();
+    after.clear_uptime_seconds();
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(before, after))
+        << "stats changed:\n" << before.DebugString() << "\nvs\n" << after.DebugString();
+  }
+  // The foreign lease still works for its owner.
+  v1::CommitResponse c;
+  EXPECT_TRUE(Commit(other.id(), held.lease_id(), 2, true, &c).ok());
+}
+
+TEST_F(ServerTest, ExpiredLeaseIsNotFoundAndSwept) {
+  StartServer([](daemon::ServerOptions& o) {
+    o.cache.sessions.lease_ttl = absl::Milliseconds(200);
+  });
+  SessionStream session(kv_.get(), TestNamespace());
+  ASSERT_TRUE(session.ok());
+  v1::AcquireResponse a;
+  ASSERT_TRUE(Acquire(session.id(), Tokens(8, 80), true, &a).ok());
+  ASSERT_TRUE(WaitFor([&] { return Stats().leases() == 0; }));
+  v1::Stats s = Stats();
+  EXPECT_EQ(s.lease_expired(), 1u);
+  EXPECT_EQ(s.writing_pages(), 0u);
+  ExpectInvariants(s);
+  v1::CommitResponse c;
+  EXPECT_EQ(Commit(session.id(), a.lease_id(), 2, true, &c).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Stats().cached_pages(), 0u);
+}
+
+TEST_F(ServerTest, ConcurrentSessionsKeepInvariants) {
+  StartServer([](daemon::ServerOptions& o) { o.pool = "none,pages=48"; });
+  constexpr int kThreads = 16;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  std::atomic<int> failures{0}, ops{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      SessionStream session(kv_.get(), TestNamespace());
+      if (!session.ok()) {
+        ++failures;
+        return;
+      }
+      std::mt19937 rng(t);
+      std::vector<std::pair<uint64_t, uint32_t>> held;  // lease, new blocks
+      while (std::chrono::steady_clock::now() < until) {
+        // Shared prefixes: a few prompt families of 1..6 blocks.
+        const uint32_t family = rng() % 6;
+        auto tokens = Tokens(4 * (1 + rng() % 6), family);
+        const int action = rng() % 4;
+        if (action < 2 || held.empty()) {
+          v1::AcquireResponse a;
+          grpc::Status s = Acquire(session.id(), tokens, true, &a);
+          if (!s.ok()) {
+            ++failures;
+            continue;
+          }
+          if (a.lease_id() != 0) held.emplace_back(a.lease_id(), a.new_blocks());
+        } else {
+          const size_t i = rng() % held.size();
+          const auto [lease, blocks] = held[i];
+          held.erase(held.begin() + i);
+          grpc::Status s;
+          if (action == 2) {
+            v1::CommitResponse c;
+            s = Commit(session.id(), lease, blocks, true, &c);
+          } else {
+            s = Release(session.id(), lease);
+          }
+          if (!s.ok()) ++failures;
+        }
+        ++ops;
+      }
+      // Half the threads end cleanly, the other half leave their leases to
+      // the session's end.
+      if (t % 2 == 0) {
+        for (const auto& [lease, blocks] : held) {
+          if (!Release(session.id(), lease).ok()) ++failures;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(ops.load(), kThreads);
+  ASSERT_TRUE(WaitFor([&] {
+    v1::Stats s = Stats();
+    return s.sessions() == 0 && s.leases() == 0;
+  }));
+  v1::Stats s = Stats();
+  EXPECT_EQ(s.writing_pages(), 0u);
+  EXPECT_EQ(s.pinned_pages(), 0u);
+  ExpectInvariants(s);
+  EXPECT_TRUE(server_->cache().CheckInvariants().ok())
+      << server_->cache().CheckInvariants();
+}
+
+}  // namespace
+}  // namespace radixkv::testing

@@ -1,0 +1,379 @@
+// In-process radixkvd over a real Unix-socket gRPC channel: sessions,
+// leases, dedupe, eviction, Match/Explain and WatchEvents.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/daemon/server_fixture.h"
+
+namespace radixkv::testing {
+namespace {
+
+TEST_F(ServerTest, SessionOpenHeartbeatAndCloseReleasesLeases) {
+  StartServer();
+  const v1::Namespace ns = TestNamespace();
+  auto session = std::make_unique<SessionStream>(kv_.get(), ns, "worker-1");
+  ASSERT_TRUE(session->ok()) << session->status().error_message();
+  EXPECT_EQ(session->id().size(), 32u);
+  EXPECT_EQ(session->info().namespace_id().size(), 16u);
+  EXPECT_EQ(session->info().pool().backend(), "none");
+  EXPECT_EQ(session->info().pool().capacity_pages(), 64u);
+  EXPECT_TRUE(session->Heartbeat(7));
+  EXPECT_TRUE(session->Heartbeat(8));
+
+  v1::AcquireResponse a;
+  ASSERT_TRUE(Acquire(session->id(), Tokens(16, 1), true, &a).ok());
+  EXPECT_EQ(a.new_blocks(), 4u);
+  v1::Stats s = Stats();
+  EXPECT_EQ(s.sessions(), 1u);
+  EXPECT_EQ(s.leases(), 1u);
+  EXPECT_EQ(s.writing_pages(), 4u);
+
+  v1::ListSessionsResponse list;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(admin_->ListSessions(&ctx, v1::ListSessionsRequest(), &list).ok());
+  }
+  ASSERT_EQ(list.sessions_size(), 1);
+  EXPECT_EQ(list.sessions(0).client_name(), "worker-1");
+  EXPECT_EQ(list.sessions(0).leases(), 1u);
+
+  EXPECT_TRUE(session->Close().ok());
+  ASSERT_TRUE(WaitFor([&] {
+    v1::Stats t = Stats();
+    return t.sessions() == 0 && t.leases() == 0 && t.writing_pages() == 0;
+  }));
+  s = Stats();
+  EXPECT_EQ(s.free_pages(), 64u);
+  ExpectInvariants(s);
+  // The lease died with its session.
+  EXPECT_EQ(Release(session->id(), a.lease_id()).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServerTest, FirstSessionMessageMustBeOpen) {
+  StartServer();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  auto stream = kv_->Session(&ctx);
+  v1::SessionRequest req;
+  req.mutable_heartbeat()->set_nonce(1);
+  stream->Write(req);
+  v1::SessionResponse resp;
+  EXPECT_FALSE(stream->Read(&resp));
+  grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("open"), std::string::npos) << s.error_message();
+  EXPECT_EQ(Stats().sessions(), 0u);
+}
+
+TEST_F(ServerTest, AcquireCommitReleaseAndHit) {
+  StartServer();
+  SessionStream session(kv_.get(), TestNamespace());
+  ASSERT_TRUE(session.ok());
+  const auto tokens = Tokens(18, 2);  // 4 full blocks + a partial tail
+
+  v1::AcquireResponse a;
+  ASSERT_TRUE(Acquire(session.id(), tokens, true, &a).ok());
+  EXPECT_NE(a.lease_id(), 0u);
+  EXPECT_EQ(a.total_blocks(), 4u);
+  EXPECT_EQ(a.matched_blocks(), 0u);
+  EXPECT_EQ(a.new_blocks(), 4u);
+  ASSERT_EQ(a.pages_size(), 4);
+  EXPECT_GT(a.lease_expires_unix_ms(), 0u);
+
+  // Chunked prefill: commit 2 blocks, then the other 2 with release.
+  v1::CommitResponse c1, c2;
+  ASSERT_TRUE(Commit(session.id(), a.lease_id(), 2, false, &c1).ok());
+  EXPECT_EQ(c1.inserted(), 2u);
+  EXPECT_FALSE(c1.released());
+  ASSERT_TRUE(Commit(session.id(), a.lease_id(), 2, true, &c2).ok());
+  EXPECT_EQ(c2.inserted(), 2u);
+  EXPECT_TRUE(c2.released());
+  v1::Stats s = Stats();
+  EXPECT_EQ(s.cached_pages(), 4u);
+  EXPECT_EQ(s.writing_pages(), 0u);
+  EXPECT_EQ(s.leases(), 0u);
+  ExpectInvariants(s);
+
+  v1::AcquireResponse hit;
+  ASSERT_TRUE(Acquire(session.id(), tokens, false, &hit).ok());
+  EXPECT_EQ(hit.matched_blocks(), 4u);
+  EXPECT_EQ(hit.matched_tokens(), 16u);
+  std::vector<uint64_t> committed(c1.pages().begin(), c1.pages().end());
+  committed.insert(committed.end(), c2.pages().begin(), c2.pages().end());
+  EXPECT_EQ(std::vector<uint64_t>(hit.pages().begin(), hit.pages().end()), committed);
+  EXPECT_EQ(Stats().pinned_pages(), 4u);
+  ASSERT_TRUE(Release(session.id(), hit.lease_id()).ok());
+  s = Stats();
+  EXPECT_EQ(s.pinned_pages(), 0u);
+  EXPECT_EQ(s.hit_tokens(), 16u);
+  EXPECT_EQ(s.lookup_tokens(), 32u);
+  // Ended leases are gone.
+  EXPECT_EQ(Release(session.id(), hit.lease_id()).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServerTest, DedupeBetweenTwoSessions) {
+  StartServer();
+  SessionStream a_session(kv_.get(), TestNamespace(), "a");
+  SessionStream b_session(kv_.get(), TestNamespace(), "b");
+  ASSERT_TRUE(a_session.ok() && b_session.ok());
+  EXPECT_EQ(a_session.info().namespace_id(), b_session.info().namespace_id());
+  const auto tokens = Tokens(16, 3);
+  v1::AcquireResponse a, b;
+  ASSERT_TRUE(Acquire(a_session.id(), tokens, true, &a).ok());
+  ASSERT_TRUE(Acquire(b_session.id(), tokens, true, &b).ok());
+  EXPECT_EQ(b.new_blocks(), 4u);  // both missed: both write
+  v1::CommitResponse ca, cb;
+  ASSERT_TRUE(Commit(a_session.id(), a.lease_id(), 4, true, &ca).ok());
+  ASSERT_TRUE(Commit(b_session.id(), b.lease_id(), 4, true, &cb).ok());
+  EXPECT_EQ(ca.inserted(), 4u);
+  EXPECT_EQ(cb.inserted(), 0u);
+  EXPECT_EQ(cb.deduplicated(), 4u);
+  EXPECT_EQ(std::vector<uint64_t>(cb.pages().begin(), cb.pages().end()),
+            std::vector<uint64_t>(ca.pages().begin(), ca.pages().end()));
+  v1::Stats s = Stats();
+  EXPECT_EQ(s.cached_pages(), 4u);
+  EXPECT_EQ(s.writing_pages(), 0u);
+  EXPECT_EQ(s.free_pages(), 60u);
+  ExpectInvariants(s);
+  // A lease of session a is not usable by session b.
+  v1::AcquireResponse pin;
+  ASSERT_TRUE(Acquire(a_session.id(), tokens, false, &pin).ok());
+  EXPECT_EQ(Release(b_session.id(), pin.lease_id()).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Stats().leases(), 1u);
+  EXPECT_TRUE(Release(a_session.id(), pin.lease_id()).ok());
+}
+
+TEST_F(ServerTest, EvictionUnderPressure) {
+  StartServer([](daemon::ServerOptions& o) { o.pool = "none,pages=8"; });
+  const v1::Namespace ns = TestNamespace();
+  SessionStream session(kv_.get(), ns);
+  ASSERT_TRUE(session.ok());
+  const auto p1 = Tokens(16, 10), p2 = Tokens(16, 11), p3 = Tokens(16, 12);
+  Insert(session.id(), p1);
+  Insert(session.id(), p2);
+  EXPECT_EQ(Stats().free_pages(), 0u);
+  // p2 was used last, so p1 is the LRU victim.
+  Insert(session.id(), p3);
+  v1::Stats s = Stats();
+  EXPECT_EQ(s.evicted_pages(), 4u);
+  EXPECT_EQ(s.cached_pages(), 8u);
+  ExpectInvariants(s);
+  EXPECT_EQ(MatchBlocks(ns, p1), 0);
+  EXPECT_EQ(MatchBlocks(ns, p2), 4);
+  EXPECT_EQ(MatchBlocks(ns, p3), 4);
+
+  // Everything pinned: a new prompt gets fewer pages than it asks for.
+  v1::AcquireResponse pin2, pin3, more;
+  ASSERT_TRUE(Acquire(session.id(), p2, false, &pin2).ok());
+  ASSERT_TRUE(Acquire(session.id(), p3, false, &pin3).ok());
+  ASSERT_TRUE(Acquire(session.id(), Tokens(16, 13), true, &more).ok());
+  EXPECT_EQ(more.new_blocks(), 0u);
+  EXPECT_EQ(Stats().pinned_pages(), 8u);
+  ASSERT_TRUE(Release(session.id(), pin2.lease_id()).ok());
+  ASSERT_TRUE(Release(session.id(), pin3.lease_id()).ok());
+  if (more.lease_id() != 0) ASSERT_TRUE(Release(session.id(), more.lease_id()).ok());
+
+  // Admin Evict and Clear.
+  v1::EvictRequest er;
+  er.set_pages(2);
+  v1::EvictResponse ev;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(admin_->Evict(&ctx, er, &ev).ok());
+  }
+  EXPECT_EQ(ev.evicted(), 2u);
+  v1::ClearResponse cl;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(admin_->Clear(&ctx, v1::ClearRequest(), &cl).ok());
+  }
+  EXPECT_EQ(cl.removed(), 6u);
+  EXPECT_EQ(cl.pinned_remaining(), 0u);
+  s = Stats();
+  EXPECT_EQ(s.cached_pages(), 0u);
+  EXPECT_EQ(s.free_pages(), 8u);
+  ExpectInvariants(s);
+}
+
+TEST_F(ServerTest, MatchNeedsNoSessionAndChangesNothing) {
+  StartServer();
+  const v1::Namespace ns = TestNamespace();
+  // Unknown namespace: a plain miss, not an error.
+  EXPECT_EQ(MatchBlocks(ns, Tokens(16, 20)), 0);
+  SessionStream session(kv_.get(), ns);
+  ASSERT_TRUE(session.ok());
+  Insert(session.id(), Tokens(8, 20));
+  const v1::Stats before = Stats();
+  EXPECT_EQ(MatchBlocks(ns, Tokens(16, 20)), 2);
+  EXPECT_EQ(MatchBlocks(TestNamespace(4, "another-model"), Tokens(16, 20)), 0);
+  const v1::Stats after = Stats();
+  EXPECT_EQ(after.cached_pages(), before.cached_pages());
+  EXPECT_EQ(after.pinned_pages(), 0u);
+  EXPECT_EQ(after.leases(), 0u);
+  EXPECT_EQ(after.lookup_tokens(), before.lookup_tokens());
+}
+
+TEST_F(ServerTest, ExplainEveryState) {
+  StartServer();
+  const v1::Namespace ns_a = TestNamespace(4, "model-a");
+  const v1::Namespace ns_b = TestNamespace(4, "model-b");
+  SessionStream a(kv_.get(), ns_a);
+  SessionStream b(kv_.get(), ns_b);
+  ASSERT_TRUE(a.ok() && b.ok());
+
+  auto explain = [&](const v1::Namespace& ns, const std::vector<uint32_t>& tokens) {
+    v1::ExplainRequest req;
+    *req.mutable_namespace_() = ns;
+    SetTokens(&req, tokens);
+    v1::ExplainResponse resp;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(admin_->Explain(&ctx, req, &resp).ok());
+    return resp;
+  };
+
+  // CACHED, NOT_PRESENT, PARENT_MISSING.
+  const auto cached = Tokens(8, 30);
+  Insert(a.id(), cached);
+  auto longer = cached;
+  for (uint32_t t : Tokens(8, 31)) longer.push_back(t);
+  v1::ExplainResponse e = explain(ns_a, longer);
+  EXPECT_TRUE(e.namespace_known());
+  ASSERT_EQ(e.blocks_size(), 4);
+  EXPECT_EQ(e.matched_blocks(), 2u);
+  EXPECT_EQ(e.blocks(0).state(), v1::BLOCK_STATE_CACHED);
+  EXPECT_EQ(e.blocks(1).state(), v1::BLOCK_STATE_CACHED);
+  EXPECT_EQ(e.blocks(2).state(), v1::BLOCK_STATE_NOT_PRESENT);
+  EXPECT_EQ(e.blocks(3).state(), v1::BLOCK_STATE_PARENT_MISSING);
+  EXPECT_FALSE(e.blocks(2).reason().empty());
+
+  // WRONG_NAMESPACE: the tokens are cached, but under model-b.
+  const auto other = Tokens(8, 32);
+  Insert(b.id(), other);
+  e = explain(ns_a, other);
+  ASSERT_EQ(e.blocks_size(), 2);
+  EXPECT_EQ(e.blocks(0).state(), v1::BLOCK_STATE_WRONG_NAMESPACE);
+  EXPECT_EQ(e.blocks(1).state(), v1::BLOCK_STATE_WRONG_NAMESPACE);
+  EXPECT_EQ(e.blocks(0).other_namespace_id(), b.info().namespace_id());
+
+  // EVICTED: cached, then evicted by Clear.
+  {
+    grpc::ClientContext ctx;
+    v1::ClearResponse cl;
+    ASSERT_TRUE(admin_->Clear(&ctx, v1::ClearRequest(), &cl).ok());
+  }
+  e = explain(ns_a, cached);
+  ASSERT_EQ(e.blocks_size(), 2);
+  EXPECT_EQ(e.blocks(0).state(), v1::BLOCK_STATE_EVICTED);
+  EXPECT_EQ(e.matched_blocks(), 0u);
+
+  // A namespace nobody registered.
+  e = explain(TestNamespace(4, "model-c"), cached);
+  EXPECT_FALSE(e.namespace_known());
+  EXPECT_EQ(e.blocks(0).state(), v1::BLOCK_STATE_NOT_PRESENT);
+}
+
+// Reads events until `n` arrived or the stream ends.
+std::vector<v1::Event> ReadEvents(grpc::ClientReader<v1::Event>* reader, size_t n) {
+  std::vector<v1::Event> out;
+  v1::Event e;
+  while (out.size() < n && reader->Read(&e)) out.push_back(e);
+  return out;
+}
+
+TEST_F(ServerTest, WatchEventsInOrder) {
+  StartServer();
+  SessionStream session(kv_.get(), TestNamespace());
+  ASSERT_TRUE(session.ok());
+  v1::AcquireResponse a;
+  ASSERT_TRUE(Acquire(session.id(), Tokens(12, 40), true, &a).ok());
+  v1::CommitResponse c;
+  ASSERT_TRUE(Commit(session.id(), a.lease_id(), 3, true, &c).ok());
+  {
+    grpc::ClientContext ctx;
+    v1::ClearResponse cl;
+    ASSERT_TRUE(admin_->Clear(&ctx, v1::ClearRequest(), &cl).ok());
+  }
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  v1::WatchEventsRequest req;
+  req.set_start_sequence(1);
+  auto reader = admin_->WatchEvents(&ctx, req);
+  std::vector<v1::Event> events = ReadEvents(reader.get(), 3);
+  ASSERT_EQ(events.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(events[i].sequence(), i + 1);
+    ASSERT_TRUE(events[i].has_stored());
+    EXPECT_EQ(events[i].stored().page(), c.pages(i));
+    EXPECT_EQ(events[i].stored().depth(), i);
+    EXPECT_EQ(events[i].stored().namespace_id(), session.info().namespace_id());
+  }
+  EXPECT_EQ(events[1].stored().parent_key(), events[0].stored().key());
+  // Then the Clear: removals and a Cleared marker, in sequence.
+  uint64_t seq = 3;
+  bool cleared = false;
+  v1::Event e;
+  while (!cleared && reader->Read(&e)) {
+    EXPECT_EQ(e.sequence(), ++seq);
+    cleared = e.has_cleared();
+  }
+  EXPECT_TRUE(cleared);
+
+  // A live event after subscribing arrives too.
+  Insert(session.id(), Tokens(4, 41));
+  ASSERT_TRUE(reader->Read(&e));
+  EXPECT_EQ(e.sequence(), seq + 1);
+  EXPECT_TRUE(e.has_stored());
+  ctx.TryCancel();
+}
+
+TEST_F(ServerTest, WatchEventsReportsGap) {
+  StartServer([](daemon::ServerOptions& o) { o.cache.event_buffer = 4; });
+  SessionStream session(kv_.get(), TestNamespace());
+  ASSERT_TRUE(session.ok());
+  Insert(session.id(), Tokens(16, 50));
+  Insert(session.id(), Tokens(16, 51));
+  Insert(session.id(), Tokens(16, 52));  // 12 events; the ring holds 9..12
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  v1::WatchEventsRequest req;
+  req.set_start_sequence(1);
+  auto reader = admin_->WatchEvents(&ctx, req);
+  std::vector<v1::Event> events = ReadEvents(reader.get(), 5);
+  ASSERT_EQ(events.size(), 5u);
+  ASSERT_TRUE(events[0].has_gap());
+  EXPECT_EQ(events[0].gap().first_missing(), 1u);
+  EXPECT_EQ(events[0].gap().next_sequence(), 9u);
+  for (size_t i = 1; i < 5; ++i) {
+    EXPECT_EQ(events[i].sequence(), 8 + i);
+    EXPECT_TRUE(events[i].has_stored());
+  }
+  ctx.TryCancel();
+}
+
+TEST_F(ServerTest, ShutdownEndsStreamsAndRefusesCalls) {
+  StartServer();
+  SessionStream session(kv_.get(), TestNamespace());
+  ASSERT_TRUE(session.ok());
+  grpc::ClientContext wctx;
+  wctx.set_deadline(Deadline());
+  auto watch = admin_->WatchEvents(&wctx, v1::WatchEventsRequest());
+  server_->Shutdown(absl::Seconds(5));
+  v1::Event e;
+  EXPECT_FALSE(watch->Read(&e));
+  const grpc::Status ws = watch->Finish();
+  EXPECT_EQ(ws.error_code(), grpc::StatusCode::UNAVAILABLE) << ws.error_message();
+  const grpc::Status s = session.Close();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  v1::AcquireResponse a;
+  EXPECT_FALSE(Acquire(session.id(), Tokens(4, 1), true, &a).ok());
+}
+
+}  // namespace
+}  // namespace radixkv::testing
