@@ -97,8 +97,13 @@ std::vector<FlagSpec> NamespaceFlags() {
   };
 }
 
-absl::StatusOr<DType> ParseDType(const std::string& name) {
+absl::StatusOr<DType> ParseDType(const std::string& name,
+                                 bool allow_unspecified) {
   const std::string n = absl::AsciiStrToLower(name);
+  if (allow_unspecified &&
+      (n == "0" || n == "unspecified" || n == "dtype_unspecified")) {
+    return DType::kUnspecified;
+  }
   struct Alias {
     const char* name;
     DType dtype;
@@ -142,8 +147,9 @@ const char* DTypeShortName(uint32_t dtype) {
   }
 }
 
-absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args) {
+absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args, bool raw) {
   constexpr uint64_t kU32Max = 0xffffffffu;
+  const uint64_t min = raw ? 0 : 1;
   NamespaceSpec ns;
   if (!args.Has("model")) {
     return absl::InvalidArgumentError(
@@ -153,18 +159,19 @@ absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args) {
   ns.model_revision = args.Get("model-revision");
   ns.lora = args.Get("lora");
   ns.cache_salt = args.Get("salt");
-  ASSIGN_OR_RETURN(uint64_t layers, args.RequireUint("layers", 1, kU32Max));
-  ASSIGN_OR_RETURN(uint64_t heads, args.RequireUint("kv-heads", 1, kU32Max));
-  ASSIGN_OR_RETURN(uint64_t dim, args.RequireUint("head-dim", 1, kU32Max));
+  ASSIGN_OR_RETURN(uint64_t layers, args.RequireUint("layers", min, kU32Max));
+  ASSIGN_OR_RETURN(uint64_t heads, args.RequireUint("kv-heads", min, kU32Max));
+  ASSIGN_OR_RETURN(uint64_t dim, args.RequireUint("head-dim", min, kU32Max));
   ASSIGN_OR_RETURN(uint64_t page, args.GetUint("page-size", 16, 1, kU32Max));
-  ASSIGN_OR_RETURN(uint64_t tp_size, args.GetUint("tp-size", 1, 1, kU32Max));
+  ASSIGN_OR_RETURN(uint64_t tp_size, args.GetUint("tp-size", 1, min, kU32Max));
   ASSIGN_OR_RETURN(uint64_t tp_rank,
-                   args.GetUint("tp-rank", 0, 0, tp_size - 1));
+                   args.GetUint("tp-rank", 0, 0,
+                                raw ? kU32Max : tp_size - 1));
   if (!args.Has("dtype")) {
     return absl::InvalidArgumentError(
         "--dtype is required (fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8)");
   }
-  ASSIGN_OR_RETURN(ns.dtype, ParseDType(args.Get("dtype")));
+  ASSIGN_OR_RETURN(ns.dtype, ParseDType(args.Get("dtype"), raw));
   ns.num_layers = static_cast<uint32_t>(layers);
   ns.num_kv_heads = static_cast<uint32_t>(heads);
   ns.head_dim = static_cast<uint32_t>(dim);
@@ -193,7 +200,8 @@ absl::Status AppendTokens(absl::string_view text, absl::string_view origin,
 
 }  // namespace
 
-absl::StatusOr<std::vector<uint32_t>> TokensFromArgs(const Args& args) {
+absl::StatusOr<std::vector<uint32_t>> TokensFromArgs(const Args& args,
+                                                     bool allow_empty) {
   std::vector<uint32_t> tokens;
   for (const std::string& arg : args.positional()) {
     RETURN_IF_ERROR(AppendTokens(arg, "", &tokens));
@@ -209,7 +217,7 @@ absl::StatusOr<std::vector<uint32_t>> TokensFromArgs(const Args& args) {
     buf << in.rdbuf();
     RETURN_IF_ERROR(AppendTokens(buf.str(), absl::StrCat(" in ", path), &tokens));
   }
-  if (tokens.empty()) {
+  if (tokens.empty() && !allow_empty) {
     return absl::InvalidArgumentError(
         "no tokens: give token ids as arguments (\"1 2 3\" or 1,2,3) or "
         "--file PATH");

@@ -123,17 +123,23 @@ int BadArgs(Context& ctx, const std::string& message);
 std::vector<FlagSpec> NamespaceFlags();
 // Builds a NamespaceSpec from those flags. --model, --layers, --kv-heads,
 // --head-dim and --dtype are required; --page-size defaults to 16,
-// --tp-size to 1. INVALID_ARGUMENT names the flag.
-absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args);
+// --tp-size to 1. INVALID_ARGUMENT names the flag. `raw` (for `hash`, which
+// hashes whatever it is given, as the contract's test vectors do) also
+// accepts 0 for the layout fields, tp_size and dtype ("unspecified").
+absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args,
+                                                bool raw = false);
 // Parses a dtype name: fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (also the long
-// forms float16, bfloat16, DTYPE_FLOAT16, ...) or the enum number.
-absl::StatusOr<DType> ParseDType(const std::string& name);
+// forms float16, bfloat16, DTYPE_FLOAT16, ...) or the enum number; with
+// `allow_unspecified` also 0 / "unspecified".
+absl::StatusOr<DType> ParseDType(const std::string& name,
+                                 bool allow_unspecified = false);
 const char* DTypeShortName(uint32_t dtype);
 
 // Token ids from positional arguments ("1 2 3", "1,2,3") and/or --file PATH
 // (ids separated by whitespace or commas). INVALID_ARGUMENT names the bad
-// token; an empty list is an error.
-absl::StatusOr<std::vector<uint32_t>> TokensFromArgs(const Args& args);
+// token; an empty list is an error unless `allow_empty`.
+absl::StatusOr<std::vector<uint32_t>> TokensFromArgs(const Args& args,
+                                                     bool allow_empty = false);
 
 }  // namespace radixkv::ctl
 

@@ -30,14 +30,15 @@ std::vector<FlagSpec> PromptFlags() {
 }
 
 // Parses namespace + tokens; on failure prints the error and sets *exit.
+// `raw`: the permissive parsing of `hash` (see NamespaceFromArgs).
 bool ParsePrompt(Context& ctx, NamespaceSpec* ns, std::vector<uint32_t>* tokens,
-                 int* exit) {
-  absl::StatusOr<NamespaceSpec> spec = NamespaceFromArgs(ctx.args);
+                 int* exit, bool raw = false) {
+  absl::StatusOr<NamespaceSpec> spec = NamespaceFromArgs(ctx.args, raw);
   if (!spec.ok()) {
     *exit = BadArgs(ctx, std::string(spec.status().message()));
     return false;
   }
-  absl::StatusOr<std::vector<uint32_t>> t = TokensFromArgs(ctx.args);
+  absl::StatusOr<std::vector<uint32_t>> t = TokensFromArgs(ctx.args, raw);
   if (!t.ok()) {
     *exit = BadArgs(ctx, std::string(t.status().message()));
     return false;
@@ -143,7 +144,7 @@ int RunHash(Context& ctx) {
   NamespaceSpec ns;
   std::vector<uint32_t> tokens;
   int exit = 0;
-  if (!ParsePrompt(ctx, &ns, &tokens, &exit)) return exit;
+  if (!ParsePrompt(ctx, &ns, &tokens, &exit, /*raw=*/true)) return exit;
   const BlockKey root = NamespaceRoot(ns);
   const std::vector<BlockKey> keys =
       ComputeBlockKeys(root, ns.page_size, tokens);

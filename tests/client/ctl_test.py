@@ -1,0 +1,425 @@
+#!/usr/bin/python3
+"""radixkvctl against a live radixkvd: every command, checked output, exit codes.
+
+Run by ctest as:
+  /usr/bin/python3 ctl_test.py --ctl=PATH --daemon=PATH --helper=PATH --vectors=PATH
+
+One radixkvd child process serves the whole class (a short /tmp socket, no
+metrics port, a small host pool). Prompts use distinct salts so that tests do
+not depend on each other's cache contents. Output in -o json mode is parsed
+with the json module and asserted field by field.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+ARGS = None
+NS_FLAGS = ["--model=ctl-test", "--layers=2", "--kv-heads=2", "--head-dim=8",
+            "--dtype=fp16", "--page-size=4"]
+TIMEOUT = 120  # seconds per subprocess; generous for a loaded 2-core machine
+
+
+def prompt(n, salt):
+    return [salt * 1000 + i + 1 for i in range(n)]
+
+
+def u64(v):
+    """Protobuf JSON prints 64-bit integers as strings."""
+    return int(v)
+
+
+class Ctl:
+    @staticmethod
+    def run(args, endpoint=None, env=None, stdin=subprocess.DEVNULL):
+        cmd = [ARGS.ctl]
+        if endpoint is not None:
+            cmd.append("--endpoint=" + endpoint)
+        cmd += args
+        full_env = dict(os.environ)
+        for k in list(full_env):
+            if k.startswith("RADIXKVCTL_"):
+                del full_env[k]
+        full_env.update(env or {})
+        p = subprocess.run(cmd, stdin=stdin, capture_output=True, text=True,
+                           timeout=TIMEOUT, env=full_env)
+        return p.returncode, p.stdout, p.stderr
+
+
+class CtlTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.sock = "/tmp/rkc_ctl_%d.sock" % os.getpid()
+        cls.log = open(cls.sock + ".log", "w")
+        cls.daemon = subprocess.Popen(
+            [ARGS.daemon, "--socket=" + cls.sock, "--metrics_listen=",
+             "--pool=host,bytes=8MiB", "--event_buffer=4096"],
+            stdout=cls.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            rc, out, _ = Ctl.run(["health", "--timeout=1s"], cls.sock)
+            if rc == 0:
+                return
+            if cls.daemon.poll() is not None:
+                break
+            time.sleep(0.2)
+        cls.tearDownClass()
+        raise RuntimeError("radixkvd did not become healthy; see " + cls.sock + ".log")
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.daemon.poll() is None:
+            cls.daemon.send_signal(signal.SIGTERM)
+            try:
+                cls.daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                cls.daemon.kill()
+                cls.daemon.wait()
+        cls.log.close()
+
+    # -- helpers ---------------------------------------------------------------
+
+    def ctl(self, *args, expect=0, **kw):
+        rc, out, err = Ctl.run(list(args), self.sock, **kw)
+        self.assertEqual(rc, expect, "radixkvctl %s: rc=%d\nstdout=%s\nstderr=%s"
+                         % (" ".join(args), rc, out, err))
+        return out, err
+
+    def json_of(self, *args):
+        out, _ = self.ctl(*args, "-o", "json")
+        lines = out.strip().splitlines()
+        self.assertEqual(len(lines), 1, out)
+        return json.loads(lines[0])
+
+    def populate(self, n, salt):
+        p = subprocess.run([ARGS.helper, "populate", self.sock, str(n), str(salt)],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return json.loads(p.stdout)
+
+    def hold(self, n, salt):
+        h = subprocess.Popen([ARGS.helper, "hold", self.sock, str(n), str(salt)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = h.stdout.readline()
+        self.assertTrue(line, "hold helper printed nothing")
+        return h, json.loads(line)
+
+    @staticmethod
+    def release(h):
+        h.stdin.close()
+        h.wait(timeout=TIMEOUT)
+
+    # -- health, stats, namespaces, sessions -------------------------------------
+
+    def test_health(self):
+        self.assertEqual(self.json_of("health"), {"status": "SERVING"})
+        out, _ = self.ctl("health")
+        self.assertTrue(out.startswith("SERVING"), out)
+
+    def test_health_not_serving_exits_4(self):
+        sock = "/tmp/rkc_unh_%d.sock" % os.getpid()
+        h = subprocess.Popen([ARGS.helper, "unhealthy", sock], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertIn("ready", h.stdout.readline())
+            rc, out, err = Ctl.run(["health", "-o", "json"], sock)
+            self.assertEqual(rc, 4, err)
+            self.assertEqual(json.loads(out)["status"], "NOT_SERVING")
+            self.assertTrue(err.startswith("Error:"), err)
+        finally:
+            self.release(h)
+
+    def test_stats(self):
+        self.populate(16, 1)
+        st = self.json_of("stats")["stats"]
+        self.assertGreater(u64(st["capacity_pages"]), 0)
+        self.assertGreaterEqual(u64(st["cached_pages"]), 4)
+        self.assertEqual(u64(st["free_pages"]) + u64(st["writing_pages"]) +
+                         u64(st["cached_pages"]), u64(st["capacity_pages"]))
+        self.assertTrue(st["invariants_ok"])
+        self.assertEqual(st["pool"]["backend"], "host")
+        out, _ = self.ctl("stats")
+        self.assertIn("hit ratio:", out)
+        self.assertIn("invariants:  ok", out)
+
+    def test_namespaces(self):
+        self.populate(8, 2)
+        nss = self.json_of("namespaces")["namespaces"]
+        mine = [n for n in nss if n["namespace"]["model"] == "ctl-test"]
+        self.assertEqual(len(mine), 1, nss)
+        self.assertEqual(mine[0]["namespace"]["num_layers"], 2)
+        self.assertEqual(mine[0]["namespace"]["dtype"], "DTYPE_FLOAT16")
+        self.assertGreaterEqual(u64(mine[0]["cached_blocks"]), 2)
+        out, _ = self.ctl("namespaces")
+        self.assertIn("ctl-test", out)
+        self.assertIn("L2 H2 D8 fp16 p4", out)
+
+    def test_sessions(self):
+        h, _ = self.hold(8, 3)
+        try:
+            sessions = self.json_of("sessions")["sessions"]
+            mine = [s for s in sessions if s["client_name"] == "ctl-helper-hold"]
+            self.assertEqual(len(mine), 1, sessions)
+            self.assertEqual(mine[0]["leases"], 1)
+            out, _ = self.ctl("sessions")
+            self.assertIn("ctl-helper-hold", out)
+        finally:
+            self.release(h)
+
+    # -- tree, match, explain ---------------------------------------------------------
+
+    def test_tree(self):
+        self.populate(16, 5)
+        t = self.json_of("tree", "--limit=2")
+        self.assertEqual(len(t["nodes"]), 2)
+        self.assertGreaterEqual(u64(t["total_nodes"]), 4)
+        self.assertTrue(t["truncated"])
+        t = self.json_of("tree", "--limit=1000", "--max-depth=0")
+        self.assertTrue(t["nodes"])
+        self.assertTrue(all(n.get("depth", 0) == 0 for n in t["nodes"]), t)
+        out, _ = self.ctl("tree", "--limit=3")
+        lines = out.strip().splitlines()
+        self.assertEqual(lines[0].split(), ["KEY", "DEPTH", "PAGE", "REFS",
+                                            "CHILDREN", "AGE", "NAMESPACE"])
+        self.assertEqual(len(lines), 1 + 3 + 1)  # header, rows, footer
+        self.assertIn("raise --limit", lines[-1])
+
+    def test_match_and_explain(self):
+        base = prompt(16, 6)
+        self.populate(16, 6)
+        probe = base[:8] + [999999] + base[9:] + [1, 2]  # block 2 differs; 18 tokens
+        m = self.json_of("match", *NS_FLAGS, " ".join(map(str, probe)))
+        self.assertEqual(m["total_blocks"], 4)
+        self.assertEqual(m["matched_blocks"], 2)
+        self.assertEqual(u64(m["matched_tokens"]), 8)
+        out, _ = self.ctl("match", *NS_FLAGS, ",".join(map(str, probe)))
+        self.assertIn("matched 2 of 4 blocks", out)
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(",".join(map(str, probe[:9])) + "\n" + " ".join(map(str, probe[9:])))
+            path = f.name
+        try:
+            m2 = self.json_of("match", *NS_FLAGS, "--file=" + path)
+            self.assertEqual(m2["matched_blocks"], 2)
+            e = self.json_of("explain", *NS_FLAGS, "--file", path)
+        finally:
+            os.unlink(path)
+        self.assertTrue(e["namespace_known"])
+        self.assertEqual(e["matched_blocks"], 2)
+        states = [b["state"] for b in e["blocks"]]
+        self.assertEqual(states, ["BLOCK_STATE_CACHED", "BLOCK_STATE_CACHED",
+                                  "BLOCK_STATE_NOT_PRESENT",
+                                  "BLOCK_STATE_PARENT_MISSING"])
+        out, _ = self.ctl("explain", *NS_FLAGS, *map(str, probe))
+        rows = out.strip().splitlines()
+        self.assertIn("2 of 4 blocks cached", rows[0])
+        self.assertEqual([r.split()[3] for r in rows[2:]],
+                         ["cached", "cached", "not-present", "parent-missing"])
+
+    def test_explain_other_namespace(self):
+        self.populate(8, 11)
+        other = [f if not f.startswith("--model=") else "--model=another"
+                 for f in NS_FLAGS]
+        e = self.json_of("explain", *other, *map(str, prompt(8, 11)))
+        self.assertEqual(e["matched_blocks"], 0)
+        self.assertEqual(e["blocks"][0]["state"], "BLOCK_STATE_WRONG_NAMESPACE")
+
+    # -- hash (offline) -------------------------------------------------------------------
+
+    def test_hash_matches_contract_vectors(self):
+        with open(ARGS.vectors) as f:
+            vectors = json.load(f)["vectors"]
+        self.assertGreater(len(vectors), 0)
+        for v in vectors:
+            ns = v["namespace"]
+            flags = ["--model=" + ns["model"],
+                     "--model-revision=" + ns["model_revision"],
+                     "--lora=" + ns["lora"], "--salt=" + ns["cache_salt"],
+                     "--layers=%d" % ns["num_layers"],
+                     "--kv-heads=%d" % ns["num_kv_heads"],
+                     "--head-dim=%d" % ns["head_dim"],
+                     "--page-size=%d" % ns["page_size"],
+                     "--dtype=%d" % ns["dtype"],
+                     "--tp-rank=%d" % ns["tp_rank"],
+                     "--tp-size=%d" % ns["tp_size"]]
+            tokens = ",".join(map(str, v["tokens"]))
+            args = ["hash", *flags, "-o", "json"] + ([tokens] if tokens else [])
+            # No daemon needed: point at a socket nobody serves.
+            rc, out, err = Ctl.run(args, "/tmp/rkc_no_daemon.sock")
+            self.assertEqual(rc, 0, "%s: %s" % (v["name"], err))
+            got = json.loads(out)
+            self.assertEqual(got["namespace_id"], v["root"], v["name"])
+            self.assertEqual(got["block_keys"], v["block_keys"], v["name"])
+        # Text form: the root line and one key per block.
+        v = next(x for x in vectors if len(x["block_keys"]) >= 2)
+        ns = v["namespace"]
+        rc, out, _ = Ctl.run(
+            ["hash", "--model=" + ns["model"], "--model-revision=" + ns["model_revision"],
+             "--lora=" + ns["lora"], "--salt=" + ns["cache_salt"],
+             "--layers=%d" % ns["num_layers"], "--kv-heads=%d" % ns["num_kv_heads"],
+             "--head-dim=%d" % ns["head_dim"], "--page-size=%d" % ns["page_size"],
+             "--dtype=%d" % ns["dtype"], "--tp-rank=%d" % ns["tp_rank"],
+             "--tp-size=%d" % ns["tp_size"]] + [str(t) for t in v["tokens"]])
+        self.assertEqual(rc, 0)
+        self.assertIn(v["root"], out.splitlines()[0])
+        for k in v["block_keys"]:
+            self.assertIn(k, out)
+
+    # -- evict, clear --------------------------------------------------------------------------
+
+    def test_evict(self):
+        self.populate(16, 8)
+        before = u64(self.json_of("stats")["stats"]["evicted_pages"])
+        r = self.json_of("evict", "--pages=2")
+        self.assertEqual(u64(r["evicted"]), 2)
+        after = u64(self.json_of("stats")["stats"]["evicted_pages"])
+        self.assertEqual(after - before, 2)
+        out, _ = self.ctl("evict", "--pages=1")
+        self.assertIn("evicted 1 of 1", out)
+
+    def test_clear(self):
+        self.populate(16, 9)
+        h, info = self.hold(16, 9)  # pins the 4 cached blocks
+        try:
+            self.assertEqual(info["matched_blocks"], 4)
+            _, err = self.ctl("clear", expect=3)  # stdin is not a terminal
+            self.assertIn("--yes", err)
+            r = self.json_of("clear", "--yes")
+            self.assertEqual(u64(r["pinned_remaining"]), 4)
+            st = self.json_of("stats")["stats"]
+            self.assertEqual(u64(st["cached_pages"]), 4)
+        finally:
+            self.release(h)
+        out, _ = self.ctl("clear", "--yes")
+        self.assertIn("removed", out)
+        self.assertEqual(u64(self.json_of("stats")["stats"]["cached_pages"]), 0)
+
+    # -- watch ----------------------------------------------------------------------------------
+
+    def test_watch(self):
+        self.populate(12, 10)
+        out, _ = self.ctl("watch", "--from=1", "--count=3", "-o", "json")
+        events = [json.loads(l) for l in out.strip().splitlines()]
+        self.assertEqual(len(events), 3)
+        seqs = [u64(e["sequence"]) for e in events]
+        self.assertEqual(seqs, sorted(seqs))
+        self.assertTrue(any("stored" in e or "gap" in e for e in events), events)
+        # Until interrupted: SIGINT ends it with exit 0.
+        w = subprocess.Popen([ARGS.ctl, "--endpoint=" + self.sock, "watch", "--from=1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            first = w.stdout.readline()
+            self.assertRegex(first, r"^\d+ ")
+            w.send_signal(signal.SIGINT)
+            self.assertEqual(w.wait(timeout=TIMEOUT), 0)
+        finally:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+
+    # -- offline commands, help, errors, environment ----------------------------------------
+
+    def test_size_textbook(self):
+        flags = ["--layers=24", "--kv-heads=8", "--head-dim=64", "--dtype=fp16"]
+        rc, out, _ = Ctl.run(["size", *flags, "--tokens=4096"], "/tmp/rkc_no_daemon.sock")
+        self.assertEqual(rc, 0)
+        self.assertIn("192 MiB", out.splitlines()[0])
+        rc, out, _ = Ctl.run(["size", *flags, "--tokens=8192"], "/tmp/rkc_no_daemon.sock")
+        self.assertIn("384 MiB", out.splitlines()[0])
+        rc, out, _ = Ctl.run(["size", *flags, "--tokens=4096", "-o", "json"])
+        j = json.loads(out)
+        self.assertEqual(j["bytes"], 192 * 2**20)
+        self.assertEqual(j["pages"], 256)
+        self.assertEqual(j["page_bytes"], 24 * 2 * 8 * 64 * 2 * 16)
+        rc, _, err = Ctl.run(["size", *flags])
+        self.assertEqual(rc, 3)
+        self.assertIn("--tokens", err)
+
+    def test_version(self):
+        j = self.json_of("version")
+        self.assertTrue(j["version"])
+        self.assertEqual(j["block_key_version"], 1)
+        self.assertTrue(j["daemon_version"])
+
+    def test_help(self):
+        rc, out, _ = Ctl.run(["--help"])
+        self.assertEqual(rc, 0)
+        for c in ["health", "stats", "namespaces", "sessions", "tree", "match",
+                  "explain", "hash", "evict", "clear", "watch", "size", "version"]:
+            self.assertRegex(out, r"\n  %s +\S" % c)
+            for form in (["help", c], [c, "--help"]):
+                rc, text, _ = Ctl.run(form)
+                self.assertEqual(rc, 0, form)
+                self.assertIn("Example:", text)
+                self.assertIn("radixkvctl", text)
+        self.assertIn("Exit codes:", out)
+
+    def test_unreachable_exits_2(self):
+        for args in (["health"], ["stats"], ["namespaces"], ["sessions"], ["tree"],
+                     ["evict", "--pages=1"], ["clear", "--yes"], ["watch"],
+                     ["match", *NS_FLAGS, "1"], ["explain", *NS_FLAGS, "1"]):
+            rc, out, err = Ctl.run(args + ["--timeout=2s"], "/tmp/rkc_no_daemon.sock")
+            self.assertEqual(rc, 2, "%s: %s" % (args, err))
+            self.assertEqual(out, "", args)
+            self.assertTrue(err.startswith("Error:"), err)
+
+    def test_bad_arguments_exit_3(self):
+        cases = [
+            (["nosuchcommand"], "nosuchcommand"),
+            (["stats", "--bogus"], "--bogus"),
+            (["--bogus", "stats"], "--bogus"),
+            (["-o", "yaml", "stats"], "yaml"),
+            (["--timeout=soon", "stats"], "--timeout"),
+            (["evict"], "--pages"),
+            (["evict", "--pages=zero"], "--pages"),
+            (["match", *NS_FLAGS, "1", "abc"], "abc"),
+            (["match", *NS_FLAGS], "no tokens"),
+            (["match", "--layers=2", "1"], "--model"),
+            (["match", *NS_FLAGS, "--dtype=fp12", "1"], "--dtype"),
+            (["tree", "--limit=0"], "--limit"),
+            ([], "no command"),
+        ]
+        for args, needle in cases:
+            rc, out, err = Ctl.run(args, self.sock)
+            self.assertEqual(rc, 3, "%s: rc=%d %s" % (args, rc, err))
+            self.assertEqual(out, "", args)
+            self.assertIn("Error:", err)
+            self.assertIn(needle, err, args)
+
+    def test_environment_variables(self):
+        rc, out, _ = Ctl.run(["stats"], env={"RADIXKVCTL_ENDPOINT": self.sock,
+                                             "RADIXKVCTL_OUTPUT": "json"})
+        self.assertEqual(rc, 0)
+        self.assertIn("stats", json.loads(out))
+        # Flags override the environment.
+        rc, out, _ = Ctl.run(["stats", "-o", "text", "--endpoint", self.sock],
+                             env={"RADIXKVCTL_ENDPOINT": "/tmp/rkc_no_daemon.sock",
+                                  "RADIXKVCTL_OUTPUT": "json"})
+        self.assertEqual(rc, 0)
+        self.assertIn("capacity:", out)
+        rc, _, err = Ctl.run(["stats"], env={"RADIXKVCTL_ENDPOINT": self.sock,
+                                             "RADIXKVCTL_TIMEOUT": "never"})
+        self.assertEqual(rc, 3)
+        self.assertIn("RADIXKVCTL_TIMEOUT", err)
+        rc, _, _ = Ctl.run(["stats"], env={"RADIXKVCTL_ENDPOINT": "/tmp/rkc_no_daemon.sock",
+                                           "RADIXKVCTL_TIMEOUT": "1s"})
+        self.assertEqual(rc, 2)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ctl", required=True)
+    parser.add_argument("--daemon", required=True)
+    parser.add_argument("--helper", required=True)
+    parser.add_argument("--vectors", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
