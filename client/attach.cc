@@ -67,8 +67,7 @@ absl::StatusOr<std::unique_ptr<gpu::MappedPool>> AttachPool(
     }
     return gpu::ErrnoStatus(what, err);
   }
-  if (absl::Status s = gpu::SendWithFds(sock.get(), session_id, {});
-      !s.ok()) {
+  if (absl::Status s = gpu::SendWithFds(sock.get(), session_id, {}); !s.ok()) {
     if (absl::IsUnavailable(s)) {
       return absl::PermissionDeniedError(
           "attach refused: unknown session or untrusted peer (the daemon "
@@ -80,9 +79,9 @@ absl::StatusOr<std::unique_ptr<gpu::MappedPool>> AttachPool(
       gpu::RecvWithFds(sock.get(), kMaxReplyBytes, gpu::kMaxFdsPerMessage);
   if (!reply.ok()) {
     if (absl::IsDeadlineExceeded(reply.status())) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "attach: no reply from ", attach_socket, " within ",
-          absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("attach: no reply from ", attach_socket, " within ",
+                       absl::FormatDuration(timeout)));
     }
     return Prefixed(reply.status(), "attach: receiving the reply: ");
   }

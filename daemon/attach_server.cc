@@ -88,10 +88,12 @@ absl::Status RemoveStaleSocket(const std::string& path,
     return ErrnoStatus(absl::StrCat("attach socket ", path, ": lstat"), errno);
   }
   if (!S_ISSOCK(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "attach socket ", path, " exists and is not a socket; not removing it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("attach socket ", path,
+                     " exists and is not a socket; not removing it"));
   }
-  UniqueFd probe(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  UniqueFd probe(
+      ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!probe.valid()) return ErrnoStatus("attach socket: socket", errno);
   if (::connect(probe.get(), reinterpret_cast<const struct sockaddr*>(&addr),
                 sizeof(addr)) == 0 ||
@@ -136,16 +138,17 @@ absl::StatusOr<std::unique_ptr<AttachServer>> AttachServer::Start(
     return s;
   }
   struct stat bound;
-  ino_t socket_ino = ::lstat(options.path.c_str(), &bound) == 0 ? bound.st_ino : 0;
+  ino_t socket_ino =
+      ::lstat(options.path.c_str(), &bound) == 0 ? bound.st_ino : 0;
   UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) {
     absl::Status s = ErrnoStatus("attach socket: eventfd", errno);
     ::unlink(options.path.c_str());
     return s;
   }
-  std::unique_ptr<AttachServer> server(new AttachServer(
-      options, std::move(resolve), std::move(listen_fd), std::move(wake),
-      socket_ino));
+  std::unique_ptr<AttachServer> server(
+      new AttachServer(options, std::move(resolve), std::move(listen_fd),
+                       std::move(wake), socket_ino));
   server->thread_ = std::thread([s = server.get()] { s->Run(); });
   return server;
 }
@@ -191,9 +194,9 @@ bool AttachServer::Trusted(uid_t uid, gid_t gid) const {
 
 void AttachServer::Refuse(const Pending& conn, absl::string_view why) {
   refused_.fetch_add(1, std::memory_order_relaxed);
-  std::string line = absl::StrCat("radixkvd: attach: refused pid=",
-                                  conn.peer.pid, " uid=", conn.peer.uid,
-                                  " gid=", conn.peer.gid, ": ", why, "\n");
+  std::string line = absl::StrCat(
+      "radixkvd: attach: refused pid=", conn.peer.pid, " uid=", conn.peer.uid,
+      " gid=", conn.peer.gid, ": ", why, "\n");
   std::fputs(line.c_str(), stderr);
 }
 
@@ -213,8 +216,8 @@ void AttachServer::Run() {
     if (next_deadline != absl::InfiniteFuture()) {
       absl::Duration left = next_deadline - absl::Now();
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
-          absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
-          0, 1 << 30));
+          absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 0,
+          1 << 30));
     }
     int n = ::poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0) {
@@ -269,12 +272,12 @@ void AttachServer::Accept(std::vector<Pending>* pending) {
     }
     conn.peer = *peer;
     if (!Trusted(peer->uid, peer->gid)) {
-      Refuse(conn, absl::StrCat("untrusted peer (daemon uid ", self_uid_,
-                                "; allowed: same uid, uid 0",
-                                options_.allowed_gids.empty()
-                                    ? ""
-                                    : ", or an allowed gid",
-                                ")"));
+      Refuse(
+          conn,
+          absl::StrCat(
+              "untrusted peer (daemon uid ", self_uid_,
+              "; allowed: same uid, uid 0",
+              options_.allowed_gids.empty() ? "" : ", or an allowed gid", ")"));
       continue;
     }
     if (pending->size() >= options_.max_pending) {

@@ -109,7 +109,7 @@ class AttachServer {
   const Resolver resolve_;
   const uid_t self_uid_;
   gpu::UniqueFd listen_fd_;
-  gpu::UniqueFd wake_fd_;  // eventfd: written by the destructor to stop Run
+  gpu::UniqueFd wake_fd_;   // eventfd: written by the destructor to stop Run
   const ino_t socket_ino_;  // inode of the socket file we bound
   std::atomic<uint64_t> accepted_{0};
   std::atomic<uint64_t> served_{0};

@@ -27,9 +27,9 @@ absl::Status Fetch(const char* name, Fn* fn) {
                      RuntimeError(err)));
   }
   if (query != cudaDriverEntryPointSuccess || p == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cuda pool: the CUDA driver does not provide ", name,
-        " (driver too old for CUDA 12.0 entry points?)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda pool: the CUDA driver does not provide ", name,
+                     " (driver too old for CUDA 12.0 entry points?)"));
   }
   *fn = reinterpret_cast<Fn>(p);
   return absl::OkStatus();
@@ -39,9 +39,9 @@ absl::StatusOr<CudaDriver> Load() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count <= 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cuda pool: no CUDA driver/device: cudaGetDeviceCount: ",
-        err != cudaSuccess ? RuntimeError(err) : "0 devices"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda pool: no CUDA driver/device: cudaGetDeviceCount: ",
+                     err != cudaSuccess ? RuntimeError(err) : "0 devices"));
   }
   CudaDriver d;
   absl::Status s;
@@ -78,9 +78,9 @@ absl::Status UseCudaDevice(const CudaDriver& driver, int device) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cuda pool: no CUDA driver/device: cudaGetDeviceCount: ",
-        RuntimeError(err)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda pool: no CUDA driver/device: cudaGetDeviceCount: ",
+                     RuntimeError(err)));
   }
   if (device < 0 || device >= count) {
     return absl::FailedPreconditionError(
@@ -94,8 +94,8 @@ absl::Status UseCudaDevice(const CudaDriver& driver, int device) {
         "cuda pool: initialising device ", device, ": ", RuntimeError(err)));
   }
   CUdevice dev = 0;
-  if (absl::Status s = CuStatus(driver, driver.DeviceGet(&dev, device),
-                                "cuDeviceGet");
+  if (absl::Status s =
+          CuStatus(driver, driver.DeviceGet(&dev, device), "cuDeviceGet");
       !s.ok()) {
     return s;
   }
@@ -103,8 +103,8 @@ absl::Status UseCudaDevice(const CudaDriver& driver, int device) {
   driver.DeviceGetAttribute(
       &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
   driver.DeviceGetAttribute(
-      &posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-      dev);
+      &posix_fd,
+      CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev);
   if (!vmm || !posix_fd) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cuda pool: device ", device,

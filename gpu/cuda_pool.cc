@@ -100,11 +100,11 @@ CUmemAllocationProp AllocationProp(int device) {
 absl::StatusOr<uint64_t> Granularity(const CudaDriver& d, int device) {
   CUmemAllocationProp prop = AllocationProp(device);
   size_t gran = 0;
-  if (absl::Status s = CuStatus(
-          d,
-          d.MemGetAllocationGranularity(&gran, &prop,
-                                        CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-          "cuMemGetAllocationGranularity");
+  if (absl::Status s =
+          CuStatus(d,
+                   d.MemGetAllocationGranularity(
+                       &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                   "cuMemGetAllocationGranularity");
       !s.ok()) {
     return s;
   }
@@ -162,8 +162,8 @@ absl::StatusOr<std::unique_ptr<PagePool>> CreateCudaPagePool(
   if (absl::Status s = UseCudaDevice(d, spec.device); !s.ok()) return s;
   absl::StatusOr<uint64_t> gran = Granularity(d, spec.device);
   if (!gran.ok()) return gran.status();
-  uint64_t target = spec.chunk_bytes != 0 ? spec.chunk_bytes
-                                          : kDefaultCudaChunkBytes;
+  uint64_t target =
+      spec.chunk_bytes != 0 ? spec.chunk_bytes : kDefaultCudaChunkBytes;
   target = std::max(*gran, target / *gran * *gran);
   absl::StatusOr<uint64_t> per_chunk =
       PagesPerChunk(capacity, page_bytes, target, target);
@@ -177,9 +177,9 @@ absl::StatusOr<std::unique_ptr<PagePool>> CreateCudaPagePool(
     uint64_t pages = std::min(*per_chunk, capacity - c * *per_chunk);
     uint64_t bytes = RoundUp(pages * page_bytes, *gran);
     CUmemGenericAllocationHandle handle = 0;
-    if (absl::Status s = CuStatus(d, d.MemCreate(&handle, bytes, &prop, 0),
-                                  absl::StrCat("cuMemCreate of chunk ", c,
-                                               " (", bytes, " bytes)"));
+    if (absl::Status s = CuStatus(
+            d, d.MemCreate(&handle, bytes, &prop, 0),
+            absl::StrCat("cuMemCreate of chunk ", c, " (", bytes, " bytes)"));
         !s.ok()) {
       return s;
     }
@@ -215,7 +215,8 @@ void MappedPool::CudaStateDeleter::operator()(CudaState* state) const {
 
 absl::Status MappedPool::MapCuda(std::vector<UniqueFd> fds) {
   using internal::CuStatus;
-  absl::StatusOr<const internal::CudaDriver*> driver = internal::GetCudaDriver();
+  absl::StatusOr<const internal::CudaDriver*> driver =
+      internal::GetCudaDriver();
   if (!driver.ok()) return driver.status();
   const internal::CudaDriver& d = **driver;
   if (absl::Status s = internal::UseCudaDevice(d, layout_.device); !s.ok()) {
@@ -249,9 +250,9 @@ absl::Status MappedPool::MapCuda(std::vector<UniqueFd> fds) {
     fds[c].reset();  // the imported handle keeps the memory alive
   }
   CUdeviceptr base = 0;
-  if (absl::Status s = CuStatus(d, d.MemAddressReserve(&base, total, *gran, 0, 0),
-                                absl::StrCat("cuMemAddressReserve of ", total,
-                                             " bytes"));
+  if (absl::Status s =
+          CuStatus(d, d.MemAddressReserve(&base, total, *gran, 0, 0),
+                   absl::StrCat("cuMemAddressReserve of ", total, " bytes"));
       !s.ok()) {
     return s;
   }
@@ -260,23 +261,27 @@ absl::Status MappedPool::MapCuda(std::vector<UniqueFd> fds) {
   for (size_t c = 0; c < state->allocations.size(); ++c) {
     uint64_t bytes = layout_.chunk_bytes[c];
     if (absl::Status s = CuStatus(
-            d, d.MemMap(base + offset, bytes, 0, state->allocations[c].get(), 0),
+            d,
+            d.MemMap(base + offset, bytes, 0, state->allocations[c].get(), 0),
             absl::StrCat("cuMemMap of chunk ", c));
         !s.ok()) {
       return s;
     }
     state->mappings.emplace_back(&d, base + offset, bytes);
+    // Access is granted per mapped chunk (the range as a whole may not be
+    // one allocation).
+    CUmemAccessDesc access = {};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = layout_.device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (absl::Status s =
+            CuStatus(d, d.MemSetAccess(base + offset, bytes, &access, 1),
+                     absl::StrCat("cuMemSetAccess of chunk ", c));
+        !s.ok()) {
+      return s;
+    }
     chunk_base_.push_back(reinterpret_cast<char*>(base + offset));
     offset += bytes;
-  }
-  CUmemAccessDesc access = {};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = layout_.device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (absl::Status s = CuStatus(d, d.MemSetAccess(base, total, &access, 1),
-                                "cuMemSetAccess");
-      !s.ok()) {
-    return s;
   }
   cuda_ = std::move(state);
   return absl::OkStatus();

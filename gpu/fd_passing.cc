@@ -41,8 +41,8 @@ absl::Status SendWithFds(int sock, absl::string_view bytes,
     ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
     if (n >= 0) {
       if (static_cast<size_t>(n) != bytes.size()) {
-        return absl::InternalError(absl::StrCat(
-            "sendmsg: sent ", n, " of ", bytes.size(), " bytes"));
+        return absl::InternalError(
+            absl::StrCat("sendmsg: sent ", n, " of ", bytes.size(), " bytes"));
       }
       return absl::OkStatus();
     }
@@ -65,8 +65,8 @@ absl::StatusOr<ReceivedMessage> RecvWithFds(int sock, size_t max_bytes,
   iov.iov_len = max_bytes;
   // Room for max_fds fds; at least one cmsghdr so that an unexpected fd
   // shows up as MSG_CTRUNC rather than vanishing silently.
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * (max_fds == 0 ? 1 : max_fds)),
-                            0);
+  std::vector<char> control(
+      CMSG_SPACE(sizeof(int) * (max_fds == 0 ? 1 : max_fds)), 0);
   struct msghdr msg = {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;

@@ -67,13 +67,12 @@ absl::StatusOr<HostChunk> CreateChunk(size_t index, uint64_t bytes) {
   UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) return ErrnoStatus("host pool: memfd_create", errno);
   if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-    return ErrnoStatus(
-        absl::StrCat("host pool: ftruncate of chunk ", index, " to ", bytes,
-                     " bytes"),
-        errno);
+    return ErrnoStatus(absl::StrCat("host pool: ftruncate of chunk ", index,
+                                    " to ", bytes, " bytes"),
+                       errno);
   }
-  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) !=
-      0) {
+  if (::fcntl(fd.get(), F_ADD_SEALS,
+              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     return ErrnoStatus("host pool: sealing the memfd", errno);
   }
   absl::StatusOr<SharedMapping> mapping = SharedMapping::Map(fd.get(), bytes);
@@ -101,8 +100,8 @@ absl::StatusOr<std::unique_ptr<PagePool>> CreateHostPagePool(
     if (!chunk.ok()) return chunk.status();
     chunks.push_back(*std::move(chunk));
   }
-  return std::unique_ptr<PagePool>(new HostPagePool(
-      page_bytes, capacity, *per_chunk, std::move(chunks)));
+  return std::unique_ptr<PagePool>(
+      new HostPagePool(page_bytes, capacity, *per_chunk, std::move(chunks)));
 }
 
 }  // namespace radixkv::gpu::internal

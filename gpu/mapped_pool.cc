@@ -53,11 +53,11 @@ absl::Status ValidatePoolLayout(const PoolLayout& layout, size_t fd_count) {
                          layout.pages_per_chunk;
   if (layout.chunk_bytes.size() != want_chunks ||
       want_chunks > internal::kMaxChunks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pool layout: chunks has ", layout.chunk_bytes.size(),
-        " entries; capacity_pages=", layout.capacity_pages,
-        " / pages_per_chunk=", layout.pages_per_chunk, " needs ", want_chunks,
-        " (at most ", internal::kMaxChunks, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool layout: chunks has ", layout.chunk_bytes.size(),
+                     " entries; capacity_pages=", layout.capacity_pages,
+                     " / pages_per_chunk=", layout.pages_per_chunk, " needs ",
+                     want_chunks, " (at most ", internal::kMaxChunks, ")"));
   }
   if (fd_count != want_chunks) {
     return absl::InvalidArgumentError(
@@ -65,8 +65,9 @@ absl::Status ValidatePoolLayout(const PoolLayout& layout, size_t fd_count) {
                      " chunks (want one fd per chunk)"));
   }
   for (size_t c = 0; c < want_chunks; ++c) {
-    uint64_t pages = std::min(layout.pages_per_chunk,
-                              layout.capacity_pages - c * layout.pages_per_chunk);
+    uint64_t pages =
+        std::min(layout.pages_per_chunk,
+                 layout.capacity_pages - c * layout.pages_per_chunk);
     // pages * page_bytes cannot overflow silently: check by division.
     if (layout.page_bytes > UINT64_MAX / pages ||
         layout.chunk_bytes[c] < pages * layout.page_bytes) {

@@ -112,9 +112,8 @@ absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec) {
   } else if (backend == "none") {
     out.backend = Backend::kNone;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--pool: unknown backend '", backend,
-                     "' (want host, cuda or none)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pool: unknown backend '", backend, "' (want host, cuda or none)"));
   }
   bool have_bytes = false, have_pages = false, have_device = false,
        have_chunk = false;
@@ -122,9 +121,10 @@ absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec) {
     absl::string_view part = absl::StripAsciiWhitespace(parts[i]);
     size_t eq = part.find('=');
     if (eq == absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--pool: '", part, "' is not key=value (keys: bytes, pages, device, "
-          "chunk_bytes)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--pool: '", part,
+                       "' is not key=value (keys: bytes, pages, device, "
+                       "chunk_bytes)"));
     }
     absl::string_view key = part.substr(0, eq);
     absl::string_view value = part.substr(eq + 1);
@@ -145,10 +145,10 @@ absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec) {
       }
       uint64_t v = 0;
       if (!ParseSize(value, &v)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--pool: ", key, "='", value,
-                         "' is not a size (an integer with an optional unit: ",
-                         kSizeUnits, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--pool: ", key, "='", value,
+            "' is not a size (an integer with an optional unit: ", kSizeUnits,
+            ")"));
       }
       if (is_bytes && v == 0) {
         return absl::InvalidArgumentError("--pool: bytes=0: must be > 0");
@@ -166,9 +166,9 @@ absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec) {
       uint64_t v = 0;
       if (!absl::SimpleAtoi(value, &v) || v == 0 ||
           v > internal::kMaxCapacityPages) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--pool: pages='", value, "' must be an integer in 1..",
-                         internal::kMaxCapacityPages));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--pool: pages='", value, "' must be an integer in 1..",
+            internal::kMaxCapacityPages));
       }
       out.pages = v;
     } else if (key == "device") {
@@ -187,10 +187,9 @@ absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec) {
       }
       out.device = v;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--pool: unknown key '", key, "' for ",
-                       BackendName(out.backend),
-                       " (keys: bytes, pages, device, chunk_bytes)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--pool: unknown key '", key, "' for ", BackendName(out.backend),
+          " (keys: bytes, pages, device, chunk_bytes)"));
     }
   }
   if (out.backend == Backend::kNone && !have_pages) {
@@ -257,9 +256,9 @@ absl::StatusOr<std::unique_ptr<PagePool>> CreatePagePool(const PoolSpec& spec,
         absl::StrCat(name, " pool: page_bytes must be > 0"));
   }
   if (page_bytes > spec.bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, " pool: page_bytes=", page_bytes,
-        " is larger than the pool's budget bytes=", spec.bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " pool: page_bytes=", page_bytes,
+                     " is larger than the pool's budget bytes=", spec.bytes));
   }
   uint64_t capacity = spec.bytes / page_bytes;
   if (capacity > internal::kMaxCapacityPages) {

@@ -15,14 +15,16 @@
 
 int main(int argc, char** argv) {
   if (argc != 7) {
-    std::fprintf(stderr, "usage: %s SOCKET SESSION READ_PAGE BYTE WRITE_PAGE BYTE\n",
+    std::fprintf(stderr,
+                 "usage: %s SOCKET SESSION READ_PAGE BYTE WRITE_PAGE BYTE\n",
                  argv[0]);
     return 2;
   }
   absl::StatusOr<std::unique_ptr<radixkv::gpu::MappedPool>> pool =
       radixkv::AttachPool(argv[1], argv[2], absl::Seconds(30));
   if (!pool.ok()) {
-    std::fprintf(stderr, "attach_child: %s\n", pool.status().ToString().c_str());
+    std::fprintf(stderr, "attach_child: %s\n",
+                 pool.status().ToString().c_str());
     return absl::IsPermissionDenied(pool.status()) ? 3 : 4;
   }
   uint64_t read_page = std::strtoull(argv[3], nullptr, 10);
@@ -31,7 +33,8 @@ int main(int argc, char** argv) {
   int write_byte = std::atoi(argv[6]);
   const unsigned char* r =
       static_cast<const unsigned char*>((*pool)->page_address(read_page));
-  unsigned char* w = static_cast<unsigned char*>((*pool)->page_address(write_page));
+  unsigned char* w =
+      static_cast<unsigned char*>((*pool)->page_address(write_page));
   if (r == nullptr || w == nullptr) return 6;
   for (uint64_t i = 0; i < (*pool)->page_bytes(); ++i) {
     if (r[i] != read_byte) {

@@ -2,7 +2,7 @@
 // in-process host pool, workers in this process and in child processes, and
 // misuse (unknown session, none pool, wrong socket type, oversized or
 // malformed messages, silent peers, peers with another uid).
-#include "daemon/attach_server.h"
+#include "client/attach.h"
 
 #include <grp.h>
 #include <spawn.h>
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/attach.h"
+#include "daemon/attach_server.h"
 #include "gpu/fd_passing.h"
 #include "gpu/mapped_pool.h"
 #include "gtest/gtest.h"
@@ -160,7 +160,8 @@ TEST_F(AttachTest, UnknownSessionIsClosedWithNothingSent) {
       AttachPool(options_.path, "no-such-session", absl::Seconds(30));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_NE(refused.status().message().find("attach refused"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("attach refused"),
+            std::string::npos);
   EXPECT_EQ(RunChild({options_.path, "bogus", "0", "0", "0", "0"}), 3);
   EXPECT_EQ(server_->stats().refused, 3u);
   EXPECT_EQ(server_->stats().served, 0u);
@@ -233,8 +234,8 @@ TEST_F(AttachTest, SilentPeerDoesNotBlockOthersAndTimesOut) {
 
 TEST_F(AttachTest, StaleSocketIsReplacedButALiveOneIsNot) {
   // A second server on the live path must refuse to steal it.
-  absl::StatusOr<std::unique_ptr<AttachServer>> second = AttachServer::Start(
-      options_, [](absl::string_view) { return nullptr; });
+  absl::StatusOr<std::unique_ptr<AttachServer>> second =
+      AttachServer::Start(options_, [](absl::string_view) { return nullptr; });
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   ExpectServes();
@@ -256,7 +257,11 @@ TEST_F(AttachTest, StaleSocketIsReplacedButALiveOneIsNot) {
   // A regular file is never removed.
   server_.reset();
   std::string file = options_.path + ".file";
-  { FILE* f = std::fopen(file.c_str(), "w"); ASSERT_NE(f, nullptr); std::fclose(f); }
+  {
+    FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
   AttachServer::Options o = options_;
   o.path = file;
   absl::StatusOr<std::unique_ptr<AttachServer>> bad =

@@ -81,8 +81,8 @@ int ChildMain(int argc, char** argv) {
 
 TEST(CudaPoolTest, CreateExportAndImportInTwoProcesses) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  absl::StatusOr<radixkv::gpu::PoolSpec> spec =
-      radixkv::gpu::ParsePoolSpec("cuda,device=0,bytes=96MiB,chunk_bytes=32MiB");
+  absl::StatusOr<radixkv::gpu::PoolSpec> spec = radixkv::gpu::ParsePoolSpec(
+      "cuda,device=0,bytes=96MiB,chunk_bytes=32MiB");
   ASSERT_TRUE(spec.ok());
   absl::StatusOr<std::unique_ptr<PagePool>> pool =
       radixkv::gpu::CreatePagePool(*spec, kPageBytes);
@@ -102,8 +102,10 @@ TEST(CudaPoolTest, CreateExportAndImportInTwoProcesses) {
   absl::StatusOr<std::unique_ptr<MappedPool>> local = MappedPool::MapLocal(p);
   ASSERT_TRUE(local.ok()) << local.status();
   const uint64_t last = p.capacity_pages() - 1;
-  ASSERT_EQ(cudaMemset((*local)->page_address(3), 0x5a, kPageBytes), cudaSuccess);
-  ASSERT_EQ(cudaMemset((*local)->page_address(last), 0, kPageBytes), cudaSuccess);
+  ASSERT_EQ(cudaMemset((*local)->page_address(3), 0x5a, kPageBytes),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemset((*local)->page_address(last), 0, kPageBytes),
+            cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   radixkv::daemon::AttachServer::Options opts;
@@ -115,9 +117,14 @@ TEST(CudaPoolTest, CreateExportAndImportInTwoProcesses) {
           });
   ASSERT_TRUE(server.ok()) << server.status();
 
-  std::vector<std::string> args = {g_self, "--child", opts.path, "cuda-session",
-                                   "3", std::to_string(0x5a),
-                                   std::to_string(last), std::to_string(0x77)};
+  std::vector<std::string> args = {g_self,
+                                   "--child",
+                                   opts.path,
+                                   "cuda-session",
+                                   "3",
+                                   std::to_string(0x5a),
+                                   std::to_string(last),
+                                   std::to_string(0x77)};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

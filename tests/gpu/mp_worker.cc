@@ -49,7 +49,8 @@ void FillNamespace(radixkv::v1::Namespace* ns) {
 }
 
 unsigned char PatternByte(uint64_t seed, uint64_t block, uint64_t i) {
-  return static_cast<unsigned char>((seed * 131 + block * 29 + i * 7 + 3) & 0xff);
+  return static_cast<unsigned char>((seed * 131 + block * 29 + i * 7 + 3) &
+                                    0xff);
 }
 
 int Fail(int code, const std::string& what) {
@@ -119,7 +120,9 @@ int CheckPages(const radixkv::gpu::MappedPool& pool,
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 5) return Fail(2, "usage: mp_worker write|read|hold SOCKET SEED BLOCKS [hang]");
+  if (argc < 5)
+    return Fail(2,
+                "usage: mp_worker write|read|hold SOCKET SEED BLOCKS [hang]");
   std::string mode = argv[1];
   std::string socket = argv[2];
   uint64_t seed = std::strtoull(argv[3], nullptr, 10);
@@ -134,7 +137,8 @@ int main(int argc, char** argv) {
   const std::string& sid = session.info.session_id();
 
   radixkv::v1::AcquireResponse acq;
-  grpc::Status st = Acquire(stub.get(), sid, seed, blocks, mode == "write", &acq);
+  grpc::Status st =
+      Acquire(stub.get(), sid, seed, blocks, mode == "write", &acq);
   if (!st.ok()) return Fail(3, "Acquire: " + st.error_message());
   PrintPages(acq);
 
@@ -146,8 +150,8 @@ int main(int argc, char** argv) {
   if (mode == "write") {
     for (uint32_t k = 0; k < acq.new_blocks(); ++k) {
       uint32_t block = acq.matched_blocks() + k;
-      unsigned char* p = static_cast<unsigned char*>(
-          (*pool)->page_address(acq.pages(block)));
+      unsigned char* p =
+          static_cast<unsigned char*>((*pool)->page_address(acq.pages(block)));
       if (p == nullptr) return Fail(4, "page out of range");
       uint64_t n = (*pool)->page_bytes();
       if (hang && k == 0) n /= 2;
@@ -165,7 +169,8 @@ int main(int argc, char** argv) {
     req.set_release(true);
     radixkv::v1::CommitResponse resp;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(20));
     st = stub->Commit(&ctx, req, &resp);
     if (!st.ok()) return Fail(3, "Commit: " + st.error_message());
     std::printf("inserted=%u\n", resp.inserted());
@@ -173,7 +178,8 @@ int main(int argc, char** argv) {
   }
 
   int bad = CheckPages(**pool, acq, seed);
-  if (bad >= 0) return Fail(5, "page of block " + std::to_string(bad) + " differs");
+  if (bad >= 0)
+    return Fail(5, "page of block " + std::to_string(bad) + " differs");
   if (mode == "read") {
     if (acq.lease_id() != 0) {
       radixkv::v1::ReleaseRequest req;
@@ -181,7 +187,8 @@ int main(int argc, char** argv) {
       req.set_lease_id(acq.lease_id());
       radixkv::v1::ReleaseResponse resp;
       grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(20));
       stub->Release(&ctx, req, &resp);
     }
     return 0;
@@ -192,7 +199,8 @@ int main(int argc, char** argv) {
   std::string line;
   std::getline(std::cin, line);  // the daemon is dead once this returns
   bad = CheckPages(**pool, acq, seed);
-  if (bad >= 0) return Fail(5, "after daemon exit: block " + std::to_string(bad));
+  if (bad >= 0)
+    return Fail(5, "after daemon exit: block " + std::to_string(bad));
   radixkv::v1::AcquireResponse again;
   st = Acquire(stub.get(), sid, seed, blocks, false, &again);
   std::printf("after_daemon_exit code=%d\n", static_cast<int>(st.error_code()));

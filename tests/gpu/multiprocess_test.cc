@@ -41,9 +41,9 @@ class Child {
     std::vector<char*> argv;
     for (std::string& a : all) argv.push_back(a.data());
     argv.push_back(nullptr);
-    EXPECT_EQ(::posix_spawn(&pid_, exe.c_str(), &fa, nullptr, argv.data(),
-                            environ),
-              0);
+    EXPECT_EQ(
+        ::posix_spawn(&pid_, exe.c_str(), &fa, nullptr, argv.data(), environ),
+        0);
     posix_spawn_file_actions_destroy(&fa);
     ::close(in[0]);
     ::close(out[1]);
@@ -99,7 +99,8 @@ Acquired ParsePages(const std::string& line) {
   for (absl::string_view field : absl::StrSplit(line, ' ')) {
     std::pair<std::string, std::string> kv = absl::StrSplit(field, '=');
     if (kv.first == "pages") {
-      for (absl::string_view p : absl::StrSplit(kv.second, ',', absl::SkipEmpty())) {
+      for (absl::string_view p :
+           absl::StrSplit(kv.second, ',', absl::SkipEmpty())) {
         a.pages.push_back(std::stoull(std::string(p)));
       }
     } else if (kv.first == "matched") {
@@ -117,9 +118,10 @@ class MultiProcessTest : public ::testing::Test {
     socket_ = absl::StrCat("/tmp/rkv-mp-", ::getpid(), ".sock");
     ::unlink(socket_.c_str());  // left behind by a daemon killed earlier
     daemon_ = std::make_unique<Child>(
-        RADIXKVD, std::vector<std::string>{
-                      "--socket=" + socket_, "--metrics_listen=",
-                      "--pool=host,bytes=1MiB", "--log_level=warning"});
+        RADIXKVD,
+        std::vector<std::string>{"--socket=" + socket_,
+                                 "--metrics_listen=", "--pool=host,bytes=1MiB",
+                                 "--log_level=warning"});
     // Create the channel once the socket exists, so it does not start in
     // connect backoff; ready when GetStats answers (60 s on a loaded machine).
     struct stat st;
@@ -143,7 +145,8 @@ class MultiProcessTest : public ::testing::Test {
 
   bool Stats(radixkv::v1::Stats* out) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
     radixkv::v1::GetStatsResponse resp;
     grpc::Status st = admin_->GetStats(&ctx, {}, &resp);
     if (st.ok() && out != nullptr) *out = resp.stats();
@@ -229,8 +232,9 @@ TEST_F(MultiProcessTest, DaemonKilledWhileMappedLeavesPagesReadable) {
   h.WriteLine("go");
   // The worker re-checks every page through its mapping, then its next RPC
   // reports UNAVAILABLE (exit 0) rather than crashing.
-  EXPECT_EQ(h.ReadLine(), absl::StrCat("after_daemon_exit code=",
-                                       static_cast<int>(grpc::StatusCode::UNAVAILABLE)));
+  EXPECT_EQ(h.ReadLine(),
+            absl::StrCat("after_daemon_exit code=",
+                         static_cast<int>(grpc::StatusCode::UNAVAILABLE)));
   EXPECT_EQ(h.Wait(), 0);
 }
 

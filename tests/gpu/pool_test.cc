@@ -64,10 +64,13 @@ TEST(ParsePoolSpecTest, SizeUnits) {
 TEST(ParsePoolSpecTest, RejectsBadSpecsWithClearMessages) {
   EXPECT_EQ(ParseError("gpu,bytes=1GiB"),
             "--pool: unknown backend 'gpu' (want host, cuda or none)");
-  EXPECT_EQ(ParseError(""), "--pool: unknown backend '' (want host, cuda or none)");
-  EXPECT_NE(ParseError("host,bytes=1.5GiB").find("bytes='1.5GiB' is not a size"),
+  EXPECT_EQ(ParseError(""),
+            "--pool: unknown backend '' (want host, cuda or none)");
+  EXPECT_NE(
+      ParseError("host,bytes=1.5GiB").find("bytes='1.5GiB' is not a size"),
+      std::string::npos);
+  EXPECT_NE(ParseError("host,bytes=1XB").find("bytes='1XB'"),
             std::string::npos);
-  EXPECT_NE(ParseError("host,bytes=1XB").find("bytes='1XB'"), std::string::npos);
   EXPECT_NE(ParseError("host,bytes=").find("bytes=''"), std::string::npos);
   EXPECT_NE(ParseError("host,bytes=0").find("bytes=0"), std::string::npos);
   EXPECT_NE(ParseError("host,bytes=99999999999999999999TiB").find("not a size"),
@@ -78,7 +81,8 @@ TEST(ParsePoolSpecTest, RejectsBadSpecsWithClearMessages) {
             std::string::npos);
   EXPECT_NE(ParseError("host,device=0").find("device= applies only to cuda"),
             std::string::npos);
-  EXPECT_NE(ParseError("cuda,device=-1").find("device='-1'"), std::string::npos);
+  EXPECT_NE(ParseError("cuda,device=-1").find("device='-1'"),
+            std::string::npos);
   EXPECT_NE(ParseError("none").find("none needs pages=N"), std::string::npos);
   EXPECT_NE(ParseError("none,pages=0").find("pages='0'"), std::string::npos);
   EXPECT_NE(ParseError("none,pages=99999999999").find("1..4294967294"),
@@ -173,7 +177,8 @@ TEST(CreatePagePoolTest, BadSizesAreInvalidArgumentNamingBothSizes) {
       CreatePagePool(Parse("host,bytes=1MiB"), 2 * kMiB);
   ASSERT_FALSE(pool.ok());
   EXPECT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(pool.status().message().find("page_bytes=2097152"), std::string::npos);
+  EXPECT_NE(pool.status().message().find("page_bytes=2097152"),
+            std::string::npos);
   EXPECT_NE(pool.status().message().find("bytes=1048576"), std::string::npos);
 
   pool = CreatePagePool(Parse("host,bytes=1MiB"), 0);
@@ -183,7 +188,8 @@ TEST(CreatePagePoolTest, BadSizesAreInvalidArgumentNamingBothSizes) {
   // 254 chunks would not fit in one attach message.
   pool = CreatePagePool(Parse("host,bytes=254KiB,chunk_bytes=1KiB"), 1024);
   ASSERT_FALSE(pool.ok());
-  EXPECT_NE(pool.status().message().find("raise chunk_bytes"), std::string::npos);
+  EXPECT_NE(pool.status().message().find("raise chunk_bytes"),
+            std::string::npos);
 }
 
 TEST(CreatePagePoolTest, CudaWithoutDeviceIsFailedPrecondition) {
