@@ -189,32 +189,34 @@ class DaemonTarget final : public ReplayTarget {
                         options_.key_mode ? " (key mode)" : " (tokens)");
   }
 
-  std::string FinalStatsJson() override {
-    auto stub = pb::Admin::NewStub(NewChannel(options_.endpoint));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    pb::GetStatsResponse resp;
-    grpc::Status s = stub->GetStats(&ctx, pb::GetStatsRequest(), &resp);
-    if (!s.ok()) {
-      return absl::StrFormat("\"daemon_stats_error\": \"%s\"",
-                             absl::CEscape(s.error_message()));
-    }
-    const pb::Stats& st = resp.stats();
-    return absl::StrFormat(
-        "\"daemon_capacity_pages\": %d, \"daemon_cached_pages\": %d, "
-        "\"daemon_evicted_pages\": %d, \"daemon_lookup_tokens\": %d, "
-        "\"daemon_hit_tokens\": %d, \"daemon_hash_collisions\": %d, "
-        "\"daemon_leases\": %d, \"daemon_invariants_ok\": %s",
-        st.capacity_pages(), st.cached_pages(), st.evicted_pages(),
-        st.lookup_tokens(), st.hit_tokens(), st.hash_collisions(), st.leases(),
-        st.invariants_ok() ? "true" : "false");
-  }
+  std::string FinalStatsJson() override { return DaemonStatsJson(options_.endpoint); }
 
  private:
   const DaemonOptions options_;
 };
 
 }  // namespace
+
+std::string DaemonStatsJson(const std::string& endpoint) {
+  auto stub = pb::Admin::NewStub(NewChannel(endpoint));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  pb::GetStatsResponse resp;
+  grpc::Status s = stub->GetStats(&ctx, pb::GetStatsRequest(), &resp);
+  if (!s.ok()) {
+    return absl::StrFormat("\"daemon_stats_error\": \"%s\"",
+                           absl::CEscape(s.error_message()));
+  }
+  const pb::Stats& st = resp.stats();
+  return absl::StrFormat(
+      "\"daemon_capacity_pages\": %d, \"daemon_cached_pages\": %d, "
+      "\"daemon_evicted_pages\": %d, \"daemon_lookup_tokens\": %d, "
+      "\"daemon_hit_tokens\": %d, \"daemon_hash_collisions\": %d, "
+      "\"daemon_leases\": %d, \"daemon_invariants_ok\": %s",
+      st.capacity_pages(), st.cached_pages(), st.evicted_pages(),
+      st.lookup_tokens(), st.hit_tokens(), st.hash_collisions(), st.leases(),
+      st.invariants_ok() ? "true" : "false");
+}
 
 absl::StatusOr<std::unique_ptr<ReplayTarget>> NewDaemonTarget(
     const DaemonOptions& options) {

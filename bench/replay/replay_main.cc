@@ -5,6 +5,7 @@
 //
 //   replay --mode=inproc --capacity=3000
 //   replay --mode=daemon --endpoint=unix:/tmp/rkv.sock --clients=4 --json
+//   replay --mode=daemon --via=stub --key_mode --endpoint=unix:/tmp/rkv.sock
 //
 // In-process, capacity 0 means unbounded (the trace's distinct block count).
 // Through a daemon the capacity is the daemon's (--pool=none,pages=N).
@@ -32,6 +33,9 @@ ABSL_FLAG(uint32_t, capacity, 0,
 ABSL_FLAG(uint32_t, page_size, 512, "tokens per block (the trace's block size)");
 ABSL_FLAG(int32_t, clients, 1, "concurrent clients sharing one request cursor");
 ABSL_FLAG(uint64_t, limit, 0, "replay only the first N requests (0 = all)");
+ABSL_FLAG(std::string, via, "client",
+          "daemon mode: client (radixkv::Client, the worker library) | stub "
+          "(raw generated gRPC stub: least client overhead)");
 ABSL_FLAG(bool, key_mode, false,
           "daemon mode: send client-computed block_keys instead of tokens");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
@@ -67,8 +71,16 @@ absl::Status Main() {
     o.endpoint = absl::GetFlag(FLAGS_endpoint);
     o.page_size = page_size;
     o.key_mode = absl::GetFlag(FLAGS_key_mode);
-    absl::StatusOr<std::unique_ptr<radixkv::bench::ReplayTarget>> t =
-        radixkv::bench::NewDaemonTarget(o);
+    const std::string via = absl::GetFlag(FLAGS_via);
+    absl::StatusOr<std::unique_ptr<radixkv::bench::ReplayTarget>> t;
+    if (via == "client") {
+      t = radixkv::bench::NewClientLibraryTarget(o);
+    } else if (via == "stub") {
+      t = radixkv::bench::NewDaemonTarget(o);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--via must be client or stub, got '", via, "'"));
+    }
     if (!t.ok()) return t.status();
     target = *std::move(t);
   } else {

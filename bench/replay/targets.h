@@ -3,8 +3,12 @@
 // The two things a trace can be replayed against:
 //  * NewInProcTarget: a RadixTree in this process (no transport), clients
 //    are threads that hash their tokens and call Acquire/Commit directly.
-//  * NewDaemonTarget: a live radixkvd over gRPC; each client opens its own
-//    channel and Session stream and sends Acquire(tokens) + Commit(release).
+//  * NewClientLibraryTarget: a live radixkvd through radixkv::Client (the
+//    worker's library); each replay client is one Client (one session).
+//  * NewDaemonTarget: a live radixkvd through the raw generated stub; each
+//    client opens its own channel and Session stream and sends
+//    Acquire(tokens) + Commit(release). Less client overhead than the
+//    library, so it isolates the daemon's cost.
 //
 // Thread safety: see ReplayTarget (replay.h).
 #ifndef RADIXKV_BENCH_REPLAY_TARGETS_H_
@@ -42,6 +46,12 @@ struct DaemonOptions {
 };
 absl::StatusOr<std::unique_ptr<ReplayTarget>> NewDaemonTarget(
     const DaemonOptions& options);
+absl::StatusOr<std::unique_ptr<ReplayTarget>> NewClientLibraryTarget(
+    const DaemonOptions& options);
+
+// The daemon's Admin.GetStats as JSON members (see ReplayTarget::
+// FinalStatsJson), or a "daemon_stats_error" member.
+std::string DaemonStatsJson(const std::string& endpoint);
 
 }  // namespace radixkv::bench
 
