@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Cross-checks radixkv's eviction against an independent simulation.
 
-For each capacity (3000, 10000 and unbounded by default) runs
+First replays a few small hand-made corner-case traces (SCENARIOS). Then,
+for each capacity (3000, 10000 and unbounded by default), runs
   1. bench/sim/leaf_lru_sim.py            (the policy of DESIGN.md section 4),
   2. replay --mode=inproc                 (RadixTree in process),
   3. replay --mode=daemon                 (a radixkvd started here with
@@ -87,6 +88,59 @@ class Daemon:
         self.log.close()
 
 
+# Small hand-made traces (capacity, requests) that reach the corners of the
+# policy: LRU leaf choice, eviction cascades, a request's own pinned path
+# leaving no room (fewer pages than asked), recency refresh, equal ids under
+# different parents. The expected matched counts are checked in
+# bench/sim/leaf_lru_sim.py --self_test.
+SCENARIOS = [
+    (3, [[1, 2, 3], [4], [1, 2, 3]]),
+    (3, [[1, 2, 3], [4, 5, 6], [1]]),
+    (3, [[1, 2], [1, 2, 3, 4], [1, 2, 3, 4]]),
+    (2, [[1], [2], [1], [3], [1], [2]]),
+    (0, [[1, 2, 3], [1, 2, 4], [1, 2, 4, 5]]),
+    (0, [[1, 2], [3, 2], [3, 2]]),
+    (2, [[1, 2, 3, 4], [1, 2, 3, 4]]),
+]
+
+
+def check_scenarios(replay, radixkvd, sim, daemon_flags):
+    """Returns True when sim, inproc and daemon agree on every scenario."""
+    ok = True
+    page_size = 4
+    for i, (cap, requests) in enumerate(SCENARIOS):
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", dir="/tmp",
+                                         delete=False) as f:
+            for r in requests:
+                f.write(json.dumps({"timestamp": 0, "hash_ids": r}) + "\n")
+            trace = f.name
+        try:
+            s = run_json(["/usr/bin/python3", sim, "--trace=" + trace,
+                          "--capacity=%d" % cap, "--json"])
+            common = ["--trace=" + trace, "--page_size=%d" % page_size,
+                      "--clients=1", "--json"]
+            r = run_json([replay, "--mode=inproc", "--capacity=%d" % cap] + common)
+            d = None
+            if radixkvd:
+                daemon = Daemon(radixkvd, cap if cap else 64, page_size, daemon_flags)
+                try:
+                    d = run_json([replay, "--mode=daemon",
+                                  "--endpoint=" + daemon.endpoint()] + common)
+                finally:
+                    daemon.stop()
+        finally:
+            os.unlink(trace)
+        same = (s["matched_blocks"] == r["matched_blocks"]
+                and r.get("invariants") == "ok"
+                and (d is None or d["matched_blocks"] == s["matched_blocks"]))
+        ok = ok and same
+        print("scenario %d capacity %d %s: matched sim %d inproc %d daemon %s  %s"
+              % (i, cap, requests, s["matched_blocks"], r["matched_blocks"],
+                 d["matched_blocks"] if d else "skipped",
+                 "EQUAL" if same else "MISMATCH"), flush=True)
+    return ok
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--build_dir", default=os.path.join(REPO, "build"))
@@ -97,6 +151,8 @@ def main(argv):
     p.add_argument("--require_daemon", action="store_true")
     p.add_argument("--daemon_flags", default="",
                    help="extra radixkvd flags, space-separated")
+    p.add_argument("--skip_scenarios", action="store_true",
+                   help="skip the small hand-made corner-case traces")
     args = p.parse_args(argv)
     try:
         capacities = [int(c) for c in args.capacities.split(",") if c]
@@ -118,6 +174,9 @@ def main(argv):
         return 1
 
     ok = True
+    if not args.skip_scenarios:
+        ok = check_scenarios(replay, radixkvd if have_daemon else None, sim,
+                             args.daemon_flags.split())
     rows = []
     for cap in capacities:
         s = run_json(["/usr/bin/python3", sim, "--trace=" + args.trace,

@@ -28,6 +28,7 @@ so that agreement between the two is evidence, not an echo.
 Standard library only. Run with /usr/bin/python3.
 
   bench/sim/leaf_lru_sim.py --capacity=3000 [--json] [--trace=PATH]
+  bench/sim/leaf_lru_sim.py --self_test
 
 capacity 0 (the default) means unbounded.
 """
@@ -164,13 +165,46 @@ def run(trace_path, capacity):
     }
 
 
+def self_test():
+    """Hand-checked scenarios; raises AssertionError on a wrong answer."""
+    def play(capacity, requests):
+        cache = LeafLruCache(capacity)
+        return [cache.request(r, t + 1) for t, r in enumerate(requests)], cache
+
+    # A full cache evicts the LRU leaf: 3 (the end of the older path).
+    got, _ = play(3, [[1, 2, 3], [4], [1, 2, 3]])
+    assert got == [0, 0, 2], got
+    # Evicting a leaf makes its parent evictable (cascade up the old path).
+    got, c = play(3, [[1, 2, 3], [4, 5, 6], [1]])
+    assert got == [0, 0, 0] and c.evicted == 4, (got, c.evicted)
+    # The request's own matched path is pinned: only 1 of 2 new pages fits,
+    # so only block 3 is committed; block 4 is not cached.
+    got, c = play(3, [[1, 2], [1, 2, 3, 4], [1, 2, 3, 4]])
+    assert got == [0, 2, 3] and c.size == 3, (got, c.size)
+    # Recency, not insertion order: [1] is touched again, so [2] is the LRU.
+    got, _ = play(2, [[1], [2], [1], [3], [1], [2]])
+    assert got == [0, 0, 1, 0, 1, 0], got
+    # Unbounded: every repeated prefix hits.
+    got, _ = play(0, [[1, 2, 3], [1, 2, 4], [1, 2, 4, 5]])
+    assert got == [0, 2, 3], got
+    # Equal ids under different parents are different blocks.
+    got, _ = play(0, [[1, 2], [3, 2], [3, 2]])
+    assert got == [0, 0, 2], got
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trace", default=DEFAULT_TRACE)
     parser.add_argument("--capacity", type=int, default=0,
                         help="pages in the pool; 0 = unbounded")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--self_test", action="store_true",
+                        help="run the built-in scenarios and exit")
     args = parser.parse_args(argv)
+    if args.self_test:
+        self_test()
+        print("self test: ok")
+        return 0
     if args.capacity < 0:
         parser.error("--capacity must be >= 0, got %d" % args.capacity)
     result = run(args.trace, args.capacity)
