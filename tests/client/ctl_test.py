@@ -113,6 +113,7 @@ class CtlTest(unittest.TestCase):
     def release(h):
         h.stdin.close()
         h.wait(timeout=TIMEOUT)
+        h.stdout.close()
 
     # -- health, stats, namespaces, sessions -------------------------------------
 
@@ -320,6 +321,8 @@ class CtlTest(unittest.TestCase):
             if w.poll() is None:
                 w.kill()
                 w.wait()
+            w.stdout.close()
+            w.stderr.close()
 
     # -- offline commands, help, errors, environment ----------------------------------------
 

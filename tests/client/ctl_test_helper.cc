@@ -17,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "client/client.h"
+#include "radixkv/v1/radixkv.grpc.pb.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
@@ -92,6 +93,10 @@ int RunUnhealthy(const std::string& socket) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  // A server needs at least one service of its own besides health; every
+  // Admin method of this one answers UNIMPLEMENTED.
+  radixkv::v1::Admin::CallbackService unimplemented;
+  builder.RegisterService(&unimplemented);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) return 1;
   server->GetHealthCheckService()->SetServingStatus(false);
