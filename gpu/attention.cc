@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -31,17 +32,44 @@ constexpr uint32_t kQueryTile = 8;
 // Below this many multiply-adds a call runs on the caller's thread.
 constexpr double kMinParallelWork = 1 << 20;
 
-// A block of up to kKeyBlock keys of one kv head: key jj's K row at
-// k + jj * stride, V row at v + jj * stride.
+// A block of up to kKeyBlock keys of one kv head (they may come from
+// several pages): key jj's K row at k[jj], V row at v[jj].
 struct KeyBlock {
-  const float* k;
-  const float* v;
-  size_t stride;
-  uint32_t n;
+  const float* k[kKeyBlock];
+  const float* v[kKeyBlock];
+  uint32_t n = 0;
   // For local blocks: local index of the first key; prefix blocks: -1
   // (always visible).
-  int64_t local_start;
+  int64_t local_start = -1;
 };
+
+typedef float V4 __attribute__((vector_size(16)));
+typedef int32_t V4i __attribute__((vector_size(16)));
+
+// exp(x) for 4 lanes: 2^n * P(r) with x = n ln2 + r, |r| <= ln2/2, and a
+// degree-6 polynomial (relative error ~2 ulp). Inputs below -87 flush to 0;
+// scores are <= 0 here (x = s - running max).
+inline V4 Exp4(V4 x) {
+  const V4 zero = {0.0f, 0.0f, 0.0f, 0.0f};
+  const V4 lo = zero - 87.0f;
+  const V4i underflow = x < lo;  // lanes of all ones where x < -87
+  x = underflow ? lo : x;
+  const float kMagic = 12582912.0f;  // 1.5 * 2^23: rounds to an integer
+  const V4 t = x * 1.44269504088896341f + kMagic;
+  const V4 n = t - kMagic;
+  const V4 r = x - n * 0.693359375f - n * -2.12194440e-4f;
+  V4 p = zero + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  // 2^n from the integer held in t's low mantissa bits.
+  const V4i e = ((V4i)t - (V4i)(zero + kMagic) + 127) << 23;
+  const V4 out = p * (V4)e;
+  return (V4)((V4i)out & ~underflow);
+}
 
 class TileWorker {
  public:
@@ -83,7 +111,7 @@ class TileWorker {
     // count and vectorises.
     float* kt = kt_.data();
     for (uint32_t jj = 0; jj < b.n; ++jj) {
-      const float* krow = b.k + jj * b.stride;
+      const float* krow = b.k[jj];
       for (uint32_t d = 0; d < D; ++d) kt[size_t{d} * kKeyBlock + jj] = krow[d];
     }
     for (uint32_t jj = b.n; jj < kKeyBlock; ++jj) {
@@ -142,11 +170,20 @@ class TileWorker {
       m_[r] = mb;
     }
     const float m = m_[r];
+    // p_j = exp(s_j - m) for the visible keys, 4 lanes at a time; lanes
+    // past `visible` are zeroed.
+    for (uint32_t jj = 0; jj < kKeyBlock; jj += 4) {
+      V4 x;
+      std::memcpy(&x, s + jj, sizeof(x));
+      x = Exp4(x - m);
+      std::memcpy(s + jj, &x, sizeof(x));
+    }
+    for (uint32_t jj = visible; jj < kKeyBlock; ++jj) s[jj] = 0.0f;
     float l = l_[r];
     for (uint32_t jj = 0; jj < visible; ++jj) {
-      const float p = std::exp(s[jj] - m);
+      const float p = s[jj];
       l += p;
-      const float* vrow = b.v + jj * b.stride;
+      const float* vrow = b.v[jj];
       for (uint32_t d = 0; d < D; ++d) acc[d] += p * vrow[d];
     }
     l_[r] = l;
@@ -204,25 +241,31 @@ absl::Status AttentionPrefixSuffix(const AttentionShape& shape,
       const uint32_t q0 = static_cast<uint32_t>(item % tiles) * kQueryTile;
       const uint32_t nq = std::min(kQueryTile, S - q0);
       w.Begin(g, q0, nq);
-      // Prefix: page by page, each page in blocks of <= kKeyBlock slots.
-      for (uint32_t t = 0; t < prefix.tokens;) {
-        const uint32_t page_index = t / prefix.geom.page_size;
-        const uint32_t slot = t % prefix.geom.page_size;
-        const uint32_t n = std::min({kKeyBlock, prefix.geom.page_size - slot,
-                                     prefix.tokens - t});
-        const float* base = static_cast<const float*>(pages[page_index]);
-        w.Consume(KeyBlock{
-            base + prefix.geom.offset(prefix.layer, 0, g, slot, 0),
-            base + prefix.geom.offset(prefix.layer, 1, g, slot, 0), D, n, -1});
-        t += n;
+      // Prefix keys, kKeyBlock at a time across page boundaries.
+      KeyBlock kb;
+      for (uint32_t t0 = 0; t0 < prefix.tokens; t0 += kKeyBlock) {
+        kb.n = std::min(kKeyBlock, prefix.tokens - t0);
+        kb.local_start = -1;
+        for (uint32_t jj = 0; jj < kb.n; ++jj) {
+          const uint32_t t = t0 + jj;
+          const float* page =
+              static_cast<const float*>(pages[t / prefix.geom.page_size]);
+          const uint32_t slot = t % prefix.geom.page_size;
+          kb.k[jj] = page + prefix.geom.offset(prefix.layer, 0, g, slot, 0);
+          kb.v[jj] = page + prefix.geom.offset(prefix.layer, 1, g, slot, 0);
+        }
+        w.Consume(kb);
       }
       // Local keys up to the last query of the tile.
       const uint32_t local_end = T - S + q0 + nq;
       for (uint32_t j = 0; j < local_end; j += kKeyBlock) {
-        const uint32_t n = std::min(kKeyBlock, local_end - j);
-        w.Consume(KeyBlock{io.k + (size_t{j} * Hkv + g) * D,
-                           io.v + (size_t{j} * Hkv + g) * D, size_t{Hkv} * D, n,
-                           j});
+        kb.n = std::min(kKeyBlock, local_end - j);
+        kb.local_start = j;
+        for (uint32_t jj = 0; jj < kb.n; ++jj) {
+          kb.k[jj] = io.k + (size_t{j + jj} * Hkv + g) * D;
+          kb.v[jj] = io.v + (size_t{j + jj} * Hkv + g) * D;
+        }
+        w.Consume(kb);
       }
       w.Finish();
     }

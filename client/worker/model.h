@@ -56,7 +56,7 @@ struct ModelConfig {
   uint32_t ffn_dim = 128;
   uint32_t vocab = 512;
   uint32_t page_size = 16;  // tokens per cached block
-  bool tied_embeddings = true;
+  bool tied_embeddings = false;  // a tied random model mostly echoes its input
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   uint64_t seed = 1;

@@ -67,7 +67,7 @@ constexpr char kUsage[] =
     "  Model flags (both commands):\n"
     "      --model=tiny|small|base (run: tiny, bench: small)\n"
     "      --layers --d-model --q-heads --kv-heads --head-dim --ffn --vocab\n"
-    "      --page-size --seed --untied   override the named size\n"
+    "      --page-size --seed --tied     override the named size\n"
     "Exit codes: 0 ok, 1 error, 3 bad arguments.\n";
 
 struct Args {
@@ -76,7 +76,7 @@ struct Args {
 };
 
 const char* const kBoolFlags[] = {"commit-generated", "no-cache", "json",
-                                  "untied", "help"};
+                                  "tied", "help"};
 
 bool IsBoolFlag(const std::string& name) {
   for (const char* b : kBoolFlags)
@@ -156,7 +156,7 @@ absl::StatusOr<ModelConfig> ModelFromFlags(Flags& f, const std::string& def) {
   uint32_t seed;
   ASSIGN_OR_RETURN(seed, f.U32("seed", static_cast<uint32_t>(c.seed)));
   c.seed = seed;
-  if (f.Has("untied")) c.tied_embeddings = false;
+  if (f.Has("tied")) c.tied_embeddings = true;
   if (absl::Status s = c.Validate(); !s.ok()) return s;
   return c;
 }
