@@ -86,10 +86,11 @@ int RunHealth(Context& ctx) {
 
 // ---- stats ----------------------------------------------------------------
 
+// "1.2k pages (600 KiB)"; without the bytes for an index-only pool.
 std::string PagesWithBytes(uint64_t pages, uint64_t page_bytes) {
-  if (page_bytes == 0) return HumanCount(pages);
-  return absl::StrCat(HumanCount(pages), " (", HumanBytes(pages * page_bytes),
-                      ")");
+  std::string s = absl::StrCat(HumanCount(pages), pages == 1 ? " page" : " pages");
+  if (page_bytes == 0) return s;
+  return absl::StrCat(s, " (", HumanBytes(pages * page_bytes), ")");
 }
 
 int RunStats(Context& ctx) {
@@ -111,7 +112,7 @@ int RunStats(Context& ctx) {
   kv.Add("uptime", HumanDuration(st.uptime_seconds()));
   kv.Add("pool", absl::StrCat(st.pool().backend().empty() ? "-" : st.pool().backend(),
                               ", page ", pb == 0 ? "-" : HumanBytes(pb)));
-  kv.Add("capacity", PagesWithBytes(st.capacity_pages(), pb) + " pages");
+  kv.Add("capacity", PagesWithBytes(st.capacity_pages(), pb));
   kv.Add("free", PagesWithBytes(st.free_pages(), pb));
   kv.Add("writing", PagesWithBytes(st.writing_pages(), pb));
   kv.Add("cached", absl::StrCat(PagesWithBytes(st.cached_pages(), pb), ", ",
@@ -154,6 +155,7 @@ int RunNamespaces(Context& ctx) {
   }
   Table t({"NAMESPACE", "MODEL", "REVISION", "LORA", "SALT", "LAYOUT", "TP",
            "BLOCKS", "SESSIONS"});
+  t.AlignRight({7, 8});
   for (const v1::NamespaceEntry& e : resp.namespaces()) {
     const v1::Namespace& n = e.namespace_();
     auto or_dash = [](const std::string& s) { return s.empty() ? "-" : s; };
@@ -185,6 +187,7 @@ int RunSessions(Context& ctx) {
     return kExitOk;
   }
   Table t({"SESSION", "CLIENT", "NAMESPACE", "DEVICE", "LEASES", "AGE", "PEER"});
+  t.AlignRight({3, 4, 5});
   for (const v1::SessionEntry& e : resp.sessions()) {
     t.AddRow({e.session_id().substr(0, 16),
               e.client_name().empty() ? "-" : e.client_name(),
@@ -220,6 +223,7 @@ int RunTree(Context& ctx) {
     return kExitOk;
   }
   Table t({"KEY", "DEPTH", "PAGE", "REFS", "CHILDREN", "AGE", "NAMESPACE"});
+  t.AlignRight({1, 2, 3, 4, 5});
   for (const v1::TreeNode& n : resp.nodes()) {
     t.AddRow({Hex(n.key(), 16) + "..", absl::StrCat(n.depth()),
               absl::StrCat(n.page()), absl::StrCat(n.refcount()),

@@ -117,6 +117,7 @@ int RunExplain(Context& ctx) {
            << "): " << resp.matched_blocks() << " of " << resp.total_blocks()
            << " blocks cached\n";
   Table t({"BLOCK", "TOKENS", "KEY", "STATE", "PAGE", "REFS", "AGE", "REASON"});
+  t.AlignRight({0, 4, 5, 6});
   for (const v1::BlockExplanation& b : resp.blocks()) {
     const bool cached = b.state() == v1::BLOCK_STATE_CACHED;
     const uint64_t first = uint64_t{b.index()} * ns.page_size;
@@ -161,6 +162,7 @@ int RunHash(Context& ctx) {
   }
   *ctx.out << "namespace  " << root.ToHex() << "\n";
   Table t({"BLOCK", "TOKENS", "KEY"});
+  t.AlignRight({0});
   for (size_t i = 0; i < keys.size(); ++i) {
     t.AddRow({absl::StrCat(i),
               absl::StrCat(i * ns.page_size, "-", (i + 1) * ns.page_size - 1),

@@ -21,11 +21,6 @@ std::string OneDecimal(double v) {
   return s;
 }
 
-bool LooksNumeric(absl::string_view s) {
-  if (s.empty() || s == "-") return false;
-  return std::isdigit(static_cast<unsigned char>(s[0])) != 0;
-}
-
 }  // namespace
 
 std::string HumanBytes(uint64_t bytes) {
@@ -95,7 +90,14 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
   return out;
 }
 
-Table::Table(std::vector<std::string> header) : header_(std::move(header)) {}
+Table::Table(std::vector<std::string> header)
+    : header_(std::move(header)), right_(header_.size(), false) {}
+
+void Table::AlignRight(std::vector<size_t> columns) {
+  for (size_t c : columns) {
+    if (c < right_.size()) right_[c] = true;
+  }
+}
 
 void Table::AddRow(std::vector<std::string> row) {
   row.resize(header_.size());
@@ -104,14 +106,10 @@ void Table::AddRow(std::vector<std::string> row) {
 
 void Table::Print(std::ostream& out) const {
   std::vector<size_t> width(header_.size());
-  std::vector<bool> numeric(header_.size(), !rows_.empty());
   for (size_t c = 0; c < header_.size(); ++c) width[c] = header_[c].size();
   for (const auto& row : rows_) {
     for (size_t c = 0; c < row.size(); ++c) {
       width[c] = std::max(width[c], row[c].size());
-      if (!row[c].empty() && row[c] != "-" && !LooksNumeric(row[c])) {
-        numeric[c] = false;
-      }
     }
   }
   auto print_row = [&](const std::vector<std::string>& row) {
@@ -119,7 +117,7 @@ void Table::Print(std::ostream& out) const {
     for (size_t c = 0; c < row.size(); ++c) {
       const size_t pad = width[c] - row[c].size();
       const bool last = c + 1 == row.size();
-      if (numeric[c]) {
+      if (right_[c]) {
         line.append(pad, ' ');
         line += row[c];
       } else {

@@ -36,20 +36,24 @@ std::string Hex(absl::string_view bytes, size_t max_chars = 0);
 // (the protobuf JSON mapping).
 std::string ToJsonLine(const google::protobuf::Message& message);
 
-// A left-aligned text table; numeric-looking columns are right-aligned.
+// A text table with aligned columns: left-aligned unless marked with
+// AlignRight (numbers).
 //
 //   Table t({"KEY", "PAGES"});
+//   t.AlignRight({1});
 //   t.AddRow({"abc", "12"});
 //   t.Print(std::cout);
 class Table {
  public:
   explicit Table(std::vector<std::string> header);
+  void AlignRight(std::vector<size_t> columns);
   void AddRow(std::vector<std::string> row);
   size_t rows() const { return rows_.size(); }
   void Print(std::ostream& out) const;
 
  private:
   std::vector<std::string> header_;
+  std::vector<bool> right_;
   std::vector<std::vector<std::string>> rows_;
 };
 
