@@ -253,13 +253,17 @@ absl::StatusOr<Cache::NamespaceEntry> Cache::BindNamespace(
     pool_.store(pool_owner_.get(), std::memory_order_release);
     tree_.store(tree_owner_.get(), std::memory_order_release);
     first_model_ = spec.model;
+    first_page_bytes_ = page_bytes;
     NamespaceEntry e{id, spec, root};
     namespaces_[root] = e;
     roots_[id] = root;
     events_.SetNamespaceRoot(id, root);
     return e;
   }
-  const uint64_t pool_bytes = pool_owner_->page_bytes();
+  // A none pool has no page memory, but its layout is still fixed by the
+  // first namespace so that moving to a real pool changes nothing.
+  const uint64_t pool_bytes =
+      needs_memory ? pool_owner_->page_bytes() : first_page_bytes_;
   const bool mismatch = needs_memory ? page_bytes != pool_bytes
                                      : (page_bytes != 0 && pool_bytes != 0 &&
                                         page_bytes != pool_bytes);

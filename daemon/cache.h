@@ -174,6 +174,7 @@ class Cache {
       ABSL_GUARDED_BY(ns_mu_);
   absl::flat_hash_map<NamespaceId, BlockKey> roots_ ABSL_GUARDED_BY(ns_mu_);
   std::string first_model_ ABSL_GUARDED_BY(ns_mu_);
+  uint64_t first_page_bytes_ ABSL_GUARDED_BY(ns_mu_) = 0;
   std::atomic<const gpu::PagePool*> pool_{nullptr};
   std::atomic<RadixTree*> tree_{nullptr};
 

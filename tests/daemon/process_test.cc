@@ -77,6 +77,17 @@ class Child {
     return true;
   }
 
+  // Reads what is left of the output (the writer has exited).
+  void DrainOutput() {
+    char buf[1024];
+    pollfd p{fd_, POLLIN, 0};
+    while (poll(&p, 1, 5000) > 0) {
+      const ssize_t n = read(fd_, buf, sizeof(buf));
+      if (n <= 0) return;
+      output_.append(buf, n);
+    }
+  }
+
   // Waits for exit; returns the exit status or -1 on timeout / signal.
   int Wait(int seconds = 60) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -85,7 +96,7 @@ class Child {
       const pid_t r = waitpid(pid_, &status, WNOHANG);
       if (r == pid_) {
         reaped_ = true;
-        WaitForOutput("\x01", 0);  // collect the rest of the output
+        DrainOutput();
         return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -144,11 +155,11 @@ TEST(DaemonProcessTest, StartsPrintsServesAndExitsOnSigterm) {
 TEST(DaemonProcessTest, StaleSocketFileIsReplaced) {
   const std::string socket = TempSocketPath("stale");
   {  // Leave a socket file nobody listens on.
-    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
-    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
     close(fd);
   }
   Child daemon(RADIXKVD_PATH, DaemonArgs(socket));

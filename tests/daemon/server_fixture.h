@@ -19,7 +19,7 @@
 namespace radixkv::testing {
 
 class ServerTest : public ::testing::Test {
- protected:
+ public:  // lambdas in table-driven tests call the helpers
   // Starts the server with a small none pool and metrics off; `tweak` may
   // change any option first.
   void StartServer(const std::function<void(daemon::ServerOptions&)>& tweak = {}) {

@@ -1,5 +1,7 @@
 // In-process radixkvd: health + reflection, /metrics (checked by promtool),
 // startup errors, the bad-input table, lease TTL and a concurrency run.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -361,11 +361,15 @@ TEST_F(ServerTest, ShutdownEndsStreamsAndRefusesCalls) {
   StartServer();
   SessionStream session(kv_.get(), TestNamespace());
   ASSERT_TRUE(session.ok());
+  Insert(session.id(), Tokens(4, 1));
   grpc::ClientContext wctx;
   wctx.set_deadline(Deadline());
-  auto watch = admin_->WatchEvents(&wctx, v1::WatchEventsRequest());
-  server_->Shutdown(absl::Seconds(5));
+  v1::WatchEventsRequest wreq;
+  wreq.set_start_sequence(1);
+  auto watch = admin_->WatchEvents(&wctx, wreq);
   v1::Event e;
+  ASSERT_TRUE(watch->Read(&e));  // the stream is established
+  server_->Shutdown(absl::Seconds(5));
   EXPECT_FALSE(watch->Read(&e));
   const grpc::Status ws = watch->Finish();
   EXPECT_EQ(ws.error_code(), grpc::StatusCode::UNAVAILABLE) << ws.error_message();
