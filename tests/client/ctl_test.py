@@ -68,8 +68,11 @@ class CtlTest(unittest.TestCase):
             if cls.daemon.poll() is not None:
                 break
             time.sleep(0.2)
+        cls.log.flush()
+        with open(cls.sock + ".log") as f:
+            log = f.read()
         cls.tearDownClass()
-        raise RuntimeError("radixkvd did not become healthy; see " + cls.sock + ".log")
+        raise RuntimeError("radixkvd did not become healthy:\n" + log)
 
     @classmethod
     def tearDownClass(cls):
@@ -81,6 +84,10 @@ class CtlTest(unittest.TestCase):
                 cls.daemon.kill()
                 cls.daemon.wait()
         cls.log.close()
+        for path in (cls.sock, cls.sock[:-len(".sock")] + ".attach.sock",
+                     cls.sock + ".log"):
+            if os.path.exists(path):
+                os.unlink(path)
 
     # -- helpers ---------------------------------------------------------------
 

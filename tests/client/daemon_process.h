@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "radixkv/defaults.h"
 
 namespace radixkv::testing {
 
@@ -38,7 +39,14 @@ class DaemonProcess {
       : binary_(std::move(binary)),
         socket_(std::move(socket)),
         pool_(std::move(pool)) {}
-  ~DaemonProcess() { Kill(SIGKILL); unlink(socket_.c_str()); }
+  // Kills the daemon and removes its sockets and log (a killed daemon leaves
+  // them behind).
+  ~DaemonProcess() {
+    Kill(SIGKILL);
+    unlink(socket_.c_str());
+    unlink(AttachSocketPathFor(socket_).c_str());
+    unlink((socket_ + ".log").c_str());
+  }
   DaemonProcess(const DaemonProcess&) = delete;
   DaemonProcess& operator=(const DaemonProcess&) = delete;
 
