@@ -162,9 +162,10 @@ class Lease {
   // New pages not yet committed by this lease.
   uint32_t uncommitted_blocks() const { return new_blocks_ - committed_blocks_; }
 
-  // The worker-side address of pages()[i] in the mapped pool; nullptr when
-  // no pool is mapped (attach_pool off, "none" pool, cuda pools are device
-  // addresses) or i is out of range. Valid while this Lease lives.
+  // The worker-side address of pages()[i] in the mapped pool: a CPU pointer
+  // for a host pool, a device pointer for a cuda pool. nullptr when no pool
+  // is mapped (attach_pool off, "none" pool, degraded) or i is out of range.
+  // Valid while this Lease lives.
   void* page_address(size_t i) const;
 
   // Commits the next `blocks` uncommitted new pages, in block order, as the
