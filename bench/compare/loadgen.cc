@@ -13,6 +13,9 @@
 //   acquire_miss  KvCache/Acquire(allocate=false) of a never-cached prompt
 //                 (no lease is created, so no Release is needed)
 //
+// With --key_mode the measured calls carry the prompt's 16-byte block keys
+// (computed before the run) instead of its tokens.
+//
 // Closed loop (--rate=0): --connections channels (one HTTP/2 connection and
 // one Session each) x --inflight outstanding calls, re-issued on completion.
 // Open loop (--rate=R): a pacer sends R requests/s round-robin over the
@@ -49,6 +52,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "radix/block_key.h"
 #include "radixkv/v1/radixkv.grpc.pb.h"
 #include "radixkv/v1/radixkv.pb.h"
 
@@ -62,6 +67,9 @@ ABSL_FLAG(double, duration, 5, "measured seconds");
 ABSL_FLAG(double, warmup, 1, "seconds before measuring");
 ABSL_FLAG(uint32_t, prompt_blocks, 128, "full blocks in the prompt");
 ABSL_FLAG(uint32_t, page_size, 16, "tokens per block");
+ABSL_FLAG(bool, key_mode, false,
+          "send block_keys (computed here, before the run) instead of tokens in "
+          "the measured Acquire/Match calls; radixkvd needs --allow_key_mode");
 ABSL_FLAG(std::string, label, "", "free-form label copied into the output");
 ABSL_FLAG(bool, json, false, "print one JSON object");
 ABSL_FLAG(std::string, write_body, "",
@@ -115,7 +123,32 @@ void FillPrompt(uint32_t blocks, uint32_t page_size, uint32_t base,
   for (uint32_t i = 0; i < blocks * page_size; ++i) tokens->Add(base + i);
 }
 
+// Keys of FillPrompt's tokens, in the 16-byte canonical form.
+void FillPromptKeys(uint32_t blocks, uint32_t page_size, uint32_t base,
+                    google::protobuf::RepeatedPtrField<std::string>* keys) {
+  google::protobuf::RepeatedField<uint32_t> tokens;
+  FillPrompt(blocks, page_size, base, &tokens);
+  NamespaceSpec spec;
+  spec.model = "radixkv-loadgen";
+  spec.num_layers = 32;
+  spec.num_kv_heads = 8;
+  spec.head_dim = 128;
+  spec.page_size = page_size;
+  spec.dtype = DType::kBFloat16;
+  spec.tp_size = 1;
+  std::vector<BlockKey> k = ComputeBlockKeys(
+      NamespaceRoot(spec), page_size,
+      absl::MakeConstSpan(tokens.data(), static_cast<size_t>(tokens.size())));
+  keys->Clear();
+  char buf[BlockKey::kBytes];
+  for (const BlockKey& key : k) {
+    key.ToCanonical(buf);
+    keys->Add()->assign(buf, sizeof(buf));
+  }
+}
+
 struct Options {
+  bool key_mode = false;
   std::string endpoint;
   std::string method;
   int connections = 4;
@@ -251,15 +284,25 @@ class LoadGen {
       } else if (o_.method == "match") {
         pb::MatchRequest m;
         *m.mutable_namespace_() = BenchNamespace(o_.page_size);
-        FillPrompt(o_.prompt_blocks, o_.page_size, 1, m.mutable_tokens());
+        if (o_.key_mode) {
+          FillPromptKeys(o_.prompt_blocks, o_.page_size, 1, m.mutable_block_keys());
+        } else {
+          FillPrompt(o_.prompt_blocks, o_.page_size, 1, m.mutable_tokens());
+        }
         c->request = Serialize(m);
       } else {
         pb::AcquireRequest a;
         a.set_session_id(c->session_id);
         a.set_allocate(false);
         // acquire_miss: tokens far away from anything cached.
-        const uint32_t base = o_.method == "acquire" ? 1 : 0x40000000u;
-        FillPrompt(o_.prompt_blocks, o_.page_size, base, a.mutable_tokens());
+        // acquire_miss: other tokens of the same varint width (< 2^14), so
+        // the request costs the same to parse as the cached prompt.
+        const uint32_t base = o_.method == "acquire" ? 1 : 8192;
+        if (o_.key_mode) {
+          FillPromptKeys(o_.prompt_blocks, o_.page_size, base, a.mutable_block_keys());
+        } else {
+          FillPrompt(o_.prompt_blocks, o_.page_size, base, a.mutable_tokens());
+        }
         c->request = Serialize(a);
       }
     }
@@ -311,13 +354,14 @@ class LoadGen {
     const double rpcs = (completed_ + releases_) / secs;
     if (json) {
       std::cout << absl::StrFormat(
-          "{\"label\": \"%s\", \"method\": \"%s\", \"connections\": %d, "
+          "{\"label\": \"%s\", \"method\": \"%s\", \"key_mode\": %s, \"connections\": %d, "
           "\"inflight\": %d, \"offered_rate\": %.0f, \"seconds\": %.2f, "
           "\"completed\": %d, \"requests_per_second\": %.1f, "
           "\"rpcs_per_second\": %.1f, \"errors\": %d, \"p50_us\": %.1f, "
           "\"p90_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
           "\"max_us\": %.1f, \"first_error\": \"%s\"}\n",
-          label, o_.method, o_.connections, o_.rate > 0 ? 0 : o_.inflight,
+          label, o_.method, o_.key_mode ? "true" : "false", o_.connections,
+          o_.rate > 0 ? 0 : o_.inflight,
           o_.rate, secs, completed_, rps, rpcs, errors_, pct(0.5), pct(0.9),
           pct(0.99), pct(0.999), latency_ns_.empty() ? 0.0 : latency_ns_.back() / 1e3,
           first_error_);
@@ -489,6 +533,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   radixkv::bench::Options o;
   o.endpoint = absl::GetFlag(FLAGS_endpoint);
+  o.key_mode = absl::GetFlag(FLAGS_key_mode);
   o.method = absl::GetFlag(FLAGS_method);
   o.connections = absl::GetFlag(FLAGS_connections);
   o.inflight = absl::GetFlag(FLAGS_inflight);

@@ -31,12 +31,13 @@ class LibraryClient final : public ReplayClient {
       : client_(std::move(client)), options_(o) {}
 
   absl::StatusOr<RequestOutcome> Replay(const TraceRequest& req) override {
-    FillTokens(req.hash_ids, options_.page_size, &tokens_);
-    if (options_.key_mode) keys_ = client_->ComputeKeys(tokens_);
+    const absl::Span<const uint32_t> tokens =
+        FillTokens(req.hash_ids, options_.page_size, &tokens_);
+    if (options_.key_mode) keys_ = client_->ComputeKeys(tokens);
     RequestOutcome out;
     const int64_t t0 = NowNs();
     absl::StatusOr<Lease> lease = options_.key_mode ? client_->AcquireKeys(keys_)
-                                                    : client_->Acquire(tokens_);
+                                                    : client_->Acquire(tokens);
     const int64_t t1 = NowNs();
     if (!lease.ok()) return lease.status();
     if (lease->degraded()) {

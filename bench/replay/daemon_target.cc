@@ -3,6 +3,7 @@
 // Replay against a live radixkvd through the generated gRPC stub: each
 // client has its own channel (no shared subchannel, so N clients are N
 // HTTP/2 connections) and its own Session stream, open for the whole run.
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -109,21 +110,18 @@ class DaemonClient final : public ReplayClient {
     acquire_.set_session_id(session_id_);
     acquire_.set_allocate(true);
     if (options_.key_mode) {
-      FillTokens(req.hash_ids, options_.page_size, &tokens_);
-      std::vector<BlockKey> keys =
-          ComputeBlockKeys(root_, options_.page_size, tokens_);
+      std::vector<BlockKey> keys = ComputeBlockKeys(
+          root_, options_.page_size,
+          FillTokens(req.hash_ids, options_.page_size, &tokens_));
       char buf[BlockKey::kBytes];
       for (const BlockKey& k : keys) {
         k.ToCanonical(buf);
         acquire_.add_block_keys(buf, sizeof(buf));
       }
     } else {
-      auto* t = acquire_.mutable_tokens();
-      t->Reserve(req.hash_ids.size() * options_.page_size);
-      for (uint32_t id : req.hash_ids) {
-        const uint32_t base = id * options_.page_size;
-        for (uint32_t j = 0; j < options_.page_size; ++j) t->AddAlreadyReserved(base + j);
-      }
+      const absl::Span<const uint32_t> tokens =
+          FillTokens(req.hash_ids, options_.page_size, &tokens_);
+      acquire_.mutable_tokens()->Add(tokens.begin(), tokens.end());
     }
     RequestOutcome out;
     const int64_t t0 = NowNs();

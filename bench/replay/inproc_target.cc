@@ -28,12 +28,13 @@ class InProcClient final : public ReplayClient {
         root_(tree->namespace_root(ns)) {}
 
   absl::StatusOr<RequestOutcome> Replay(const TraceRequest& req) override {
-    FillTokens(req.hash_ids, page_size_, &tokens_);
+    const absl::Span<const uint32_t> tokens =
+        FillTokens(req.hash_ids, page_size_, &tokens_);
     RequestOutcome out;
     const int64_t t0 = NowNs();
-    std::vector<BlockKey> keys = ComputeBlockKeys(root_, page_size_, tokens_);
+    std::vector<BlockKey> keys = ComputeBlockKeys(root_, page_size_, tokens);
     absl::StatusOr<AcquireResult> a = tree_->Acquire(
-        {.ns = ns_, .keys = keys, .tokens = tokens_, .allocate = true});
+        {.ns = ns_, .keys = keys, .tokens = tokens, .allocate = true});
     const int64_t t1 = NowNs();
     if (!a.ok()) return a.status();
     if (a->lease != 0) {
@@ -55,7 +56,7 @@ class InProcClient final : public ReplayClient {
   const NamespaceId ns_;
   const uint32_t page_size_;
   const BlockKey root_;
-  std::vector<uint32_t> tokens_;  // reused between requests
+  std::vector<uint32_t> tokens_;  // FillTokens scratch, reused
 };
 
 class InProcTarget final : public ReplayTarget {

@@ -121,14 +121,18 @@ absl::StatusOr<Trace> LoadTrace(const std::string& path, uint32_t page_size,
   return trace;
 }
 
-void FillTokens(absl::Span<const uint32_t> hash_ids, uint32_t page_size,
-                std::vector<uint32_t>* out) {
-  out->resize(hash_ids.size() * static_cast<size_t>(page_size));
-  uint32_t* p = out->data();
+absl::Span<const uint32_t> FillTokens(absl::Span<const uint32_t> hash_ids,
+                                      uint32_t page_size,
+                                      std::vector<uint32_t>* buf) {
+  const size_t n = hash_ids.size() * static_cast<size_t>(page_size);
+  if (buf->size() < n) buf->resize(std::max(n, 2 * buf->size()));
+  uint32_t* p = buf->data();
   for (uint32_t id : hash_ids) {
     const uint32_t base = id * page_size;
-    for (uint32_t j = 0; j < page_size; ++j) *p++ = base + j;
+    for (uint32_t j = 0; j < page_size; ++j) p[j] = base + j;
+    p += page_size;
   }
+  return absl::MakeConstSpan(buf->data(), n);
 }
 
 }  // namespace radixkv::bench

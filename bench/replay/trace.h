@@ -44,10 +44,13 @@ absl::StatusOr<TraceRequest> ParseTraceLine(absl::string_view line);
 absl::StatusOr<Trace> LoadTrace(const std::string& path, uint32_t page_size,
                                 uint64_t limit = 0);
 
-// Writes the tokens of `hash_ids` (id h -> h * page_size + j) into `out`,
-// replacing its contents.
-void FillTokens(absl::Span<const uint32_t> hash_ids, uint32_t page_size,
-                std::vector<uint32_t>* out);
+// Writes the tokens of `hash_ids` (id h -> h * page_size + j) to the front
+// of `buf` and returns them. `buf` is scratch space reused between calls: it
+// only grows (never shrinks, so steady state neither allocates nor
+// zero-fills), and its contents past the returned span are unspecified.
+absl::Span<const uint32_t> FillTokens(absl::Span<const uint32_t> hash_ids,
+                                      uint32_t page_size,
+                                      std::vector<uint32_t>* buf);
 
 }  // namespace radixkv::bench
 
