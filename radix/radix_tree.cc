@@ -7,9 +7,12 @@
 #include "radix/radix_tree.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <utility>
+
+#include <sys/mman.h>
 
 #include "absl/strings/str_cat.h"
 #include "radix/radix_tree_internal.h"
@@ -21,6 +24,38 @@ using radix_internal::Namespace;
 using radix_internal::Node;
 using radix_internal::PageEq;
 using radix_internal::PageHash;
+
+namespace radix_internal {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+void* AllocLarge(size_t bytes) {
+  if (bytes < kHugePage) return std::malloc(bytes == 0 ? 1 : bytes);
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
+#ifdef MADV_HUGEPAGE
+  if (p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+void FreeLarge(void* p) { std::free(p); }
+
+}  // namespace radix_internal
+
+namespace {
+
+// n default-constructed Ts in AllocLarge memory.
+template <typename T>
+T* NewLargeArray(size_t n) {
+  void* mem = radix_internal::AllocLarge(n * sizeof(T));
+  if (mem == nullptr) throw std::bad_alloc();
+  T* out = static_cast<T*>(mem);
+  for (size_t i = 0; i < n; ++i) new (&out[i]) T();
+  return out;
+}
+
+}  // namespace
 
 const char* BlockStatusName(BlockStatus s) {
   switch (s) {
@@ -45,32 +80,33 @@ RadixTree::Impl::Impl(const RadixTreeOptions& o)
       listener(o.listener),
       epoch(absl::Now()),
       sentinel(o.capacity_pages),
-      nodes(new Node[size_t{o.capacity_pages} + 1]),
+      nodes(NewLargeArray<Node>(size_t{o.capacity_pages} + 1)),
+      links(NewLargeArray<radix_internal::Link>(size_t{o.capacity_pages} + 1)),
       index(0, PageHash{nodes.get()}, PageEq{nodes.get()}) {
   WriterMutexLock lock(&mu);
   for (PageId p = 0; p < capacity; ++p) {
-    nodes[p].lru_next = p + 1 < capacity ? p + 1 : kNoPage;
+    links[p].next = p + 1 < capacity ? p + 1 : kNoPage;
   }
   free_head = capacity > 0 ? 0 : kNoPage;
   free_count = capacity;
-  nodes[sentinel].lru_prev = sentinel;
-  nodes[sentinel].lru_next = sentinel;
+  links[sentinel].prev = sentinel;
+  links[sentinel].next = sentinel;
 }
 
 void RadixTree::Impl::LruRemove(PageId p) {
-  Node& n = nodes[p];
-  nodes[n.lru_prev].lru_next = n.lru_next;
-  nodes[n.lru_next].lru_prev = n.lru_prev;
-  n.lru_prev = n.lru_next = kNoPage;
+  radix_internal::Link& l = links[p];
+  links[l.prev].next = l.next;
+  links[l.next].prev = l.prev;
+  l.prev = l.next = kNoPage;
 }
 
 void RadixTree::Impl::LruAppend(PageId p) {
-  Node& s = nodes[sentinel];
-  Node& n = nodes[p];
-  n.lru_prev = s.lru_prev;
-  n.lru_next = sentinel;
-  nodes[s.lru_prev].lru_next = p;
-  s.lru_prev = p;
+  radix_internal::Link& s = links[sentinel];
+  radix_internal::Link& l = links[p];
+  l.prev = s.prev;
+  l.next = sentinel;
+  links[s.prev].next = p;
+  s.prev = p;
 }
 
 void RadixTree::Impl::Pin(PageId p, uint32_t now) {
@@ -94,38 +130,42 @@ void RadixTree::Impl::Unpin(PageId p, uint32_t now) {
 PageId RadixTree::Impl::PopFree() {
   const PageId p = free_head;
   if (p == kNoPage) return p;
-  free_head = nodes[p].lru_next;
-  nodes[p].lru_next = kNoPage;
+  free_head = links[p].next;
+  links[p].next = kNoPage;
   --free_count;
   return p;
 }
 
 void RadixTree::Impl::PushFree(PageId p) {
-  Node& n = nodes[p];
-  n = Node{};
-  n.lru_next = free_head;
+  nodes[p] = Node{};
+  links[p] = {kNoPage, free_head};
   free_head = p;
   ++free_count;
 }
 
 void RadixTree::Impl::RememberEviction(const BlockKey& k) {
   if (remembered_evictions == 0) return;
-  if (evicted_fifo.size() >= remembered_evictions) {
-    auto it = evicted_set.find(evicted_fifo.front());
-    if (it != evicted_set.end() && --it->second == 0) evicted_set.erase(it);
-    evicted_fifo.pop_front();
+  if (evicted_ring.size() < remembered_evictions) {
+    evicted_ring.push_back(k);
+  } else {
+    evicted_ring[evicted_next] = k;
   }
-  evicted_fifo.push_back(k);
-  ++evicted_set[k];
+  if (++evicted_next == remembered_evictions) evicted_next = 0;
 }
 
 bool RadixTree::Impl::EvictOne() {
-  const PageId p = nodes[sentinel].lru_next;
+  // The hot path of eviction: no divisions, no repeated unique_ptr loads.
+  Node* const nd = nodes.get();
+  radix_internal::Link* const ln = links.get();
+  const PageId p = ln[sentinel].next;
   if (p == sentinel) return false;
-  Node& n = nodes[p];
-  LruRemove(p);
+  Node& n = nd[p];
+  const PageId next = ln[p].next;
+  __builtin_prefetch(&nd[next]);  // the likely next victim
+  ln[sentinel].next = next;       // unlink the list head
+  ln[next].prev = sentinel;
   index.erase(p);
-  if (n.parent != kNoPage) --nodes[n.parent].children;
+  if (n.parent != kNoPage) --nd[n.parent].children;
   --namespaces[n.ns].cached_blocks;
   --cached_count;
   ++stats.evicted_pages;
@@ -141,6 +181,37 @@ bool RadixTree::Impl::EvictOne() {
   }
   PushFree(p);
   return true;
+}
+
+uint64_t RadixTree::Impl::EvictMany(uint64_t max) {
+  // Evictions pop the recency list in order, so a batch's victims are known
+  // in advance. Two scouts run ahead of the head: the far one walks the
+  // links and prefetches victims' nodes, the near one (whose nodes have
+  // arrived by then) prefetches their index buckets. Only the walk over the
+  // dense links array stays a chain of dependent loads.
+  constexpr uint64_t kNodeAhead = 16;
+  constexpr uint64_t kBucketAhead = 8;
+  const Node* const nd = nodes.get();
+  const radix_internal::Link* const ln = links.get();
+  PageId far = ln[sentinel].next, near = far;
+  uint64_t far_n = 0, near_n = 0;  // list entries each scout has passed
+  uint64_t n = 0;
+  while (n < max) {
+    while (far != sentinel && far_n < n + kNodeAhead && far_n < max) {
+      __builtin_prefetch(&nd[far]);
+      __builtin_prefetch(&ln[ln[far].next]);
+      far = ln[far].next;
+      ++far_n;
+    }
+    while (near != sentinel && near_n < n + kBucketAhead && near_n < far_n) {
+      index.prefetch(nd[near].key);
+      near = ln[near].next;
+      ++near_n;
+    }
+    if (!EvictOne()) break;
+    ++n;
+  }
+  return n;
 }
 
 void RadixTree::Impl::FlushEvents() {
@@ -240,7 +311,8 @@ absl::StatusOr<NamespaceId> RadixTree::RegisterNamespace(
   }
   if (m.arena_page_size == 0) {
     const size_t n = size_t{m.capacity} * spec.page_size;
-    m.token_arena.reset(new (std::nothrow) uint32_t[n]);
+    m.token_arena.reset(
+        static_cast<uint32_t*>(radix_internal::AllocLarge(n * sizeof(uint32_t))));
     if (m.token_arena == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot reserve token storage for capacity_pages=", m.capacity,
@@ -480,8 +552,7 @@ absl::Status RadixTree::Release(LeaseId lease_id) {
 uint64_t RadixTree::Evict(uint64_t max_pages) {
   Impl& m = *impl_;
   WriterMutexLock lock(&m.mu);
-  uint64_t n = 0;
-  while (n < max_pages && m.EvictOne()) ++n;
+  const uint64_t n = m.EvictMany(max_pages);
   m.FlushEvents();
   return n;
 }
@@ -489,8 +560,7 @@ uint64_t RadixTree::Evict(uint64_t max_pages) {
 uint64_t RadixTree::Clear() {
   Impl& m = *impl_;
   WriterMutexLock lock(&m.mu);
-  uint64_t n = 0;
-  while (m.EvictOne()) ++n;
+  const uint64_t n = m.EvictMany(~uint64_t{0});
   if (m.listener != nullptr) {
     TreeEvent e;
     e.type = TreeEvent::Type::kCleared;

@@ -31,6 +31,7 @@ absl::StatusOr<std::vector<BlockExplanation>> RadixTree::Explain(
   // from it. `gap` becomes true after the first block that is not a hit.
   PageId parent = kNoPage;
   bool gap = false;
+  absl::flat_hash_set<BlockKey> evicted;  // built on the first miss
   for (size_t i = 0; i < keys.size(); ++i) {
     BlockExplanation& e = out[i];
     e.key = keys[i];
@@ -54,7 +55,10 @@ absl::StatusOr<std::vector<BlockExplanation>> RadixTree::Explain(
       continue;
     }
     parent = kNoPage;
-    if (m.evicted_set.contains(keys[i])) {
+    if (evicted.empty() && !m.evicted_ring.empty()) {
+      evicted.insert(m.evicted_ring.begin(), m.evicted_ring.end());
+    }
+    if (evicted.contains(keys[i])) {
       e.status = BlockStatus::kEvicted;
     } else if (gap) {
       e.status = BlockStatus::kParentMissing;
@@ -126,7 +130,8 @@ TreeStats RadixTree::GetStats() const {
 size_t RadixTree::IndexMemoryBytes() const {
   Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
-  size_t bytes = (size_t{m.capacity} + 1) * sizeof(Node);
+  size_t bytes = (size_t{m.capacity} + 1) *
+                 (sizeof(Node) + sizeof(radix_internal::Link));
   // flat_hash_set: one slot plus one control byte per bucket.
   bytes += m.index.capacity() * (sizeof(PageId) + 1);
   bytes += m.leases.capacity() * (sizeof(LeaseId) + sizeof(Lease) + 1);
@@ -135,8 +140,7 @@ size_t RadixTree::IndexMemoryBytes() const {
              lease.writing.capacity() * sizeof(PageId) +
              lease.keys.capacity() * sizeof(BlockKey);
   }
-  bytes += m.evicted_fifo.size() * sizeof(BlockKey) +
-           m.evicted_set.capacity() * (sizeof(BlockKey) + sizeof(uint32_t) + 1);
+  bytes += m.evicted_ring.capacity() * sizeof(BlockKey);
   bytes += m.namespaces.capacity() * sizeof(m.namespaces[0]);
   return bytes;
 }
@@ -235,7 +239,7 @@ absl::Status RadixTree::Impl::CheckLocked() const {
   }
   // Free list.
   uint64_t listed = 0;
-  for (PageId p = free_head; p != kNoPage; p = nodes[p].lru_next) {
+  for (PageId p = free_head; p != kNoPage; p = links[p].next) {
     if (p >= capacity || nodes[p].state != PageState::kFree) {
       return fail("free list holds page ", p, " that is not free");
     }
@@ -249,19 +253,18 @@ absl::Status RadixTree::Impl::CheckLocked() const {
   std::vector<uint32_t> pos(capacity, 0);  // 1-based position; 0: absent
   uint32_t rank = 0;
   PageId prev = sentinel;
-  for (PageId p = nodes[sentinel].lru_next; p != sentinel;
-       p = nodes[p].lru_next) {
+  for (PageId p = links[sentinel].next; p != sentinel; p = links[p].next) {
     if (p >= capacity) return fail("recency list holds bad page ", p);
     const Node& n = nodes[p];
     if (n.state != PageState::kCached || n.refs != 0) {
       return fail("recency list holds page ", p, " that is pinned or not cached");
     }
-    if (n.lru_prev != prev) return fail("recency list back link at ", p);
+    if (links[p].prev != prev) return fail("recency list back link at ", p);
     if (pos[p] != 0 || rank >= capacity) return fail("recency list cycle");
     pos[p] = ++rank;
     prev = p;
   }
-  if (nodes[sentinel].lru_prev != prev) return fail("recency list tail link");
+  if (links[sentinel].prev != prev) return fail("recency list tail link");
   if (rank != n_cached - n_pinned) {
     return fail("recency list has ", rank, " nodes, ", n_cached - n_pinned,
                 " are unpinned");

@@ -13,11 +13,13 @@
 //   Token copies live in one arena of capacity * page_size uint32s, allocated
 //   uninitialised on the first RegisterNamespace so the OS commits it lazily.
 //
-// Lists threaded through Node::lru_prev / lru_next
+// Lists threaded through links[p] (a dense 8-byte-per-page array apart from
+// the nodes, so walking the recency list touches 8 MB at 1 M pages, not the
+// 40 MB of nodes: eviction chases these links one dependent load at a time)
 //   * the recency list: exactly the CACHED nodes with refs == 0, oldest
 //     first after the sentinel. Invariant: a node is older than its parent
 //     (or its parent is pinned), so the oldest entry is an unpinned leaf.
-//   * the free list: FREE pages, singly linked through lru_next, LIFO.
+//   * the free list: FREE pages, singly linked through links[p].next, LIFO.
 //
 // Leases
 //   A lease pins one root path (matched nodes, then the canonical node of
@@ -33,8 +35,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -50,21 +52,56 @@
 namespace radixkv {
 namespace radix_internal {
 
-// One per page. Fields beyond `state` are meaningful only for CACHED pages,
-// except lru_next, which also links the free list.
+// One per page. Fields other than `state` are meaningful only for CACHED
+// pages.
 struct Node {
   BlockKey key;
   PageId parent = kNoPage;   // kNoPage: first block of its prompt
   uint32_t refs = 0;         // leases pinning this node
   uint32_t children = 0;     // cached nodes whose parent is this one
-  PageId lru_prev = kNoPage;
-  PageId lru_next = kNoPage;
   uint32_t last_used = 0;    // seconds since the tree's epoch
   NamespaceId ns = 0;
   PageState state = PageState::kFree;
   bool has_tokens = false;   // stored tokens valid (false: key mode)
 };
-static_assert(sizeof(Node) <= 48, "keep the node within 48 bytes");
+static_assert(sizeof(Node) <= 40, "keep the node within 40 bytes");
+
+// Recency-list / free-list links of one page (see the file comment).
+struct Link {
+  PageId prev = kNoPage;
+  PageId next = kNoPage;
+};
+
+// Memory for the big arrays (nodes, key index, token arena). Blocks of at
+// least 2 MiB are 2 MiB-aligned and marked MADV_HUGEPAGE, so random accesses
+// over ~60 MB of index at 1 M blocks do not also miss the TLB (this machine
+// kind runs transparent huge pages in madvise mode). Returns nullptr when out
+// of memory. Memory is not initialised; release with FreeLarge.
+void* AllocLarge(size_t bytes);
+void FreeLarge(void* p);
+
+struct LargeDeleter {
+  void operator()(void* p) const { FreeLarge(p); }
+};
+
+// std-style allocator over AllocLarge for the key index's backing array.
+template <typename T>
+struct LargeAllocator {
+  using value_type = T;
+  LargeAllocator() = default;
+  template <typename U>
+  LargeAllocator(const LargeAllocator<U>&) {}  // NOLINT: rebinding
+  T* allocate(size_t n) {
+    void* p = AllocLarge(n * sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { FreeLarge(p); }
+  template <typename U>
+  bool operator==(const LargeAllocator<U>&) const { return true; }
+  template <typename U>
+  bool operator!=(const LargeAllocator<U>&) const { return false; }
+};
 
 // Mixes a key into a 64-bit hash. Keys are uniform already, but tests (and
 // key-mode clients) may send low-entropy hand-made keys.
@@ -94,7 +131,8 @@ struct PageEq {
     return nodes[a].key == k;
   }
 };
-using KeyIndex = absl::flat_hash_set<PageId, PageHash, PageEq>;
+using KeyIndex =
+    absl::flat_hash_set<PageId, PageHash, PageEq, LargeAllocator<PageId>>;
 
 struct Lease {
   NamespaceId ns = 0;
@@ -160,6 +198,8 @@ struct RadixTree::Impl {
   void PushFree(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Evicts the oldest unpinned leaf; false when none is unpinned.
   bool EvictOne() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Evicts up to `max` oldest unpinned leaves (a batch); returns how many.
+  uint64_t EvictMany(uint64_t max) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void RememberEviction(const BlockKey& k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   BlockKey ParentKey(const Node& n) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
     return n.parent == kNoPage ? namespaces[n.ns].root : nodes[n.parent].key;
@@ -177,11 +217,16 @@ struct RadixTree::Impl {
 
   mutable SharedMutex mu;
   // mu protects the following state.
-  // capacity + 1 nodes (the last is the recency-list sentinel); never
+  // capacity + 1 nodes (the last belongs to the sentinel); never
   // reallocated, so the key index may hold a pointer to it.
-  std::unique_ptr<Node[]> nodes ABSL_GUARDED_BY(mu);
+  std::unique_ptr<Node[], radix_internal::LargeDeleter> nodes
+      ABSL_GUARDED_BY(mu);
+  // capacity + 1 links; links[sentinel] heads the recency list.
+  std::unique_ptr<radix_internal::Link[], radix_internal::LargeDeleter> links
+      ABSL_GUARDED_BY(mu);
   KeyIndex index ABSL_GUARDED_BY(mu);
-  std::unique_ptr<uint32_t[]> token_arena ABSL_GUARDED_BY(mu);
+  std::unique_ptr<uint32_t[], radix_internal::LargeDeleter> token_arena
+      ABSL_GUARDED_BY(mu);
   uint32_t arena_page_size ABSL_GUARDED_BY(mu) = 0;  // 0: no arena yet
   PageId free_head ABSL_GUARDED_BY(mu) = kNoPage;
   uint64_t free_count ABSL_GUARDED_BY(mu) = 0;
@@ -192,9 +237,10 @@ struct RadixTree::Impl {
   absl::flat_hash_map<BlockKey, NamespaceId> ns_by_root ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<LeaseId, Lease> leases ABSL_GUARDED_BY(mu);
   LeaseId next_lease ABSL_GUARDED_BY(mu) = 1;
-  // Recently evicted keys (FIFO, bounded) with a multiplicity map for lookup.
-  std::deque<BlockKey> evicted_fifo ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<BlockKey, uint32_t> evicted_set ABSL_GUARDED_BY(mu);
+  // The last `remembered_evictions` evicted keys, a ring overwritten at
+  // evicted_next. Eviction only stores a key; Explain (rare) hashes the ring.
+  std::vector<BlockKey> evicted_ring ABSL_GUARDED_BY(mu);
+  size_t evicted_next ABSL_GUARDED_BY(mu) = 0;
   std::vector<TreeEvent> pending_events ABSL_GUARDED_BY(mu);
   TreeStats stats ABSL_GUARDED_BY(mu);  // counters only; gauges computed
   // Match runs under a shared lock, so its counter is atomic.
