@@ -63,7 +63,7 @@ constexpr char kUsage[] =
     "      Time to first token of one prompt uncached vs with its first P\n"
     "      tokens cached (in-process cache); prints one JSON object.\n"
     "      --prefix-tokens=P (default 1856)  --suffix-tokens=S (default 192)\n"
-    "      --repeat=R  best of R timed runs each (default 3)\n"
+    "      --repeat=R  best of R timed runs each (default 5)\n"
     "  Model flags (both commands):\n"
     "      --model=tiny|small|base (run: tiny, bench: small)\n"
     "      --layers --d-model --q-heads --kv-heads --head-dim --ffn --vocab\n"
@@ -298,7 +298,7 @@ int BenchCommand(Flags& f) {
   if (!config.ok()) return Fail(config.status());
   absl::StatusOr<uint32_t> p = f.U32("prefix-tokens", 1856);
   absl::StatusOr<uint32_t> s = f.U32("suffix-tokens", 192);
-  absl::StatusOr<uint32_t> repeat = f.U32("repeat", 3);
+  absl::StatusOr<uint32_t> repeat = f.U32("repeat", 5);
   for (const auto* v : {&p, &s, &repeat})
     if (!v->ok()) return Fail(v->status());
   (void)f.Has("json");  // the output is JSON either way

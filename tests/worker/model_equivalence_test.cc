@@ -133,6 +133,32 @@ INSTANTIATE_TEST_SUITE_P(GqaRatios, ModelEquivalenceTest,
                            return "ratio" + std::to_string(info.param);
                          });
 
+TEST(ModelTest, TiedHeadCachedPrefixEqualsFullPrefill) {
+  ModelConfig c = *NamedModelConfig("tiny");
+  c.tied_embeddings = true;
+  auto m = Model::Create(c);
+  ASSERT_TRUE(m.ok());
+  const auto t = Prompt(50, 512, 8);
+  LocalKv full(c, 50);
+  auto want = (*m)->Forward({}, &full, t);
+  ASSERT_TRUE(want.ok());
+  // The first 3 blocks from the full run's own K/V, in pages 2, 0, 1.
+  const PageGeometry g = c.Geometry();
+  std::vector<float> pool(g.page_bytes() / 4 * 3);
+  const std::vector<uint64_t> ids = {2, 0, 1};
+  ASSERT_TRUE(gpu::WriteKv(g, gpu::KvSource{full.k(0, 0), full.v(0, 0), 48, 50},
+                           pool.data(), 3, ids)
+                  .ok());
+  PrefixView prefix;
+  prefix.tokens = 48;
+  for (uint64_t id : ids) prefix.pages.push_back(pool.data() + id * g.page_bytes() / 4);
+  LocalKv local(c, 2);
+  const std::vector<uint32_t> tail(t.begin() + 48, t.end());
+  auto got = (*m)->Forward(prefix, &local, tail);
+  ASSERT_TRUE(got.ok());
+  EXPECT_LE(MaxAbsDiff(*got, *want), 1e-4f);
+}
+
 TEST(ModelTest, WeightsAreDeterministicFromTheSeed) {
   ModelConfig c = *NamedModelConfig("tiny");
   auto a = Model::Create(c), b = Model::Create(c);
