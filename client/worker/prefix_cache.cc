@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "gpu/mapped_pool.h"
 #include "radix/radix_tree.h"
 #include "radix/status_macros.h"
 
@@ -129,17 +130,16 @@ class LocalPrefixCache final : public PrefixCache {
 
 class DaemonLease final : public CacheLease {
  public:
-  explicit DaemonLease(Lease lease) : lease_(std::move(lease)) {
-    // Pages the worker cannot address in this process are useless to it:
-    // serve such a lease as a miss (and let the daemon free its pages).
+  // `host_pool`: the client's pool is a host mapping the CPU can read.
+  DaemonLease(Lease lease, bool host_pool) : lease_(std::move(lease)) {
+    // Pages the worker cannot address from the CPU (no mapping, a cuda pool)
+    // are useless to it: serve such a lease as a miss and let the daemon
+    // free its pages.
     const size_t n = lease_.pages().size();
-    for (size_t i = 0; i < n; ++i) {
-      if (lease_.page_address(i) == nullptr) {
-        usable_ = false;
-        (void)lease_.Release();
-        break;
-      }
+    for (size_t i = 0; i < n && usable_; ++i) {
+      usable_ = host_pool && lease_.page_address(i) != nullptr;
     }
+    if (!usable_) (void)lease_.Release();
   }
   ~DaemonLease() override { (void)Release(); }
 
@@ -176,7 +176,11 @@ class DaemonPrefixCache final : public PrefixCache {
     AcquireOptions options;
     options.allocate = allocate;
     ASSIGN_OR_RETURN(Lease lease, client_->Acquire(tokens, options));
-    return std::unique_ptr<CacheLease>(new DaemonLease(std::move(lease)));
+    const std::shared_ptr<gpu::MappedPool> pool = client_->pool();
+    const bool host_pool =
+        pool != nullptr && pool->backend() == gpu::Backend::kHost;
+    return std::unique_ptr<CacheLease>(
+        new DaemonLease(std::move(lease), host_pool));
   }
   std::string Describe() const override {
     return absl::StrCat("daemon ", client_->options().endpoint);
