@@ -107,8 +107,14 @@ class DaemonProcess {
     waitpid(pid_, &status, 0);
     pid_ = -1;
   }
+  // SIGSTOP, and returns only once the whole process has stopped (kill()
+  // alone returns before the daemon's threads actually halt).
   void Stop() {
-    if (pid_ > 0 && ::kill(pid_, SIGSTOP) == 0) stopped_ = true;
+    if (pid_ <= 0 || ::kill(pid_, SIGSTOP) != 0) return;
+    int status = 0;
+    while (waitpid(pid_, &status, WUNTRACED) == pid_ && !WIFSTOPPED(status)) {
+    }
+    stopped_ = true;
   }
   void Continue() {
     if (pid_ > 0 && ::kill(pid_, SIGCONT) == 0) stopped_ = false;
