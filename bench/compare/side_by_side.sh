@@ -16,7 +16,8 @@
 #   bench/compare/side_by_side.sh [BUILD_DIR]
 #
 # Environment: DURATION (s per measurement, default 5), CONNS/INFLIGHT for
-# (a) saturation (default 4 x 16), LOOKUP_CONC for (b) (default 16),
+# (a) saturation (default 4 x 16), SHORT_BLOCKS (a second, short prompt for
+# (a), default 8 blocks), LOOKUP_CONC for (b) (default 16),
 # OUT (a JSON-lines file for the results; default $WORK/results.jsonl).
 # Everything runs on loopback/unix sockets under /tmp and is stopped on exit.
 set -euo pipefail
@@ -29,6 +30,7 @@ conns=${CONNS:-4}
 inflight=${INFLIGHT:-16}
 lookup_conc=${LOOKUP_CONC:-16}
 prompt_blocks=128
+short_blocks=${SHORT_BLOCKS:-8}
 page_size=16
 
 radixkvd=$build/daemon/radixkvd
@@ -87,19 +89,26 @@ echo "$acquire" >>"$out"
 miss=$(lg --method=acquire_miss --connections="$conns" --inflight="$inflight" \
   --prompt_blocks=$prompt_blocks --page_size=$page_size --label=acquire_miss_saturation)
 echo "$miss" >>"$out"
-/usr/bin/python3 - "$health" "$acquire" "$miss" <<'EOF'
+short=$(lg --method=acquire_miss --connections="$conns" --inflight="$inflight" \
+  --prompt_blocks="$short_blocks" --page_size=$page_size --label=acquire_miss_short_saturation)
+echo "$short" >>"$out"
+/usr/bin/python3 - "$health" "$acquire" "$miss" "$short" "$prompt_blocks" "$short_blocks" <<'EOF'
 import json, sys
-h, a, m = (json.loads(x) for x in sys.argv[1:4])
+h, a, m, s = (json.loads(x) for x in sys.argv[1:5])
+long_blocks, short_blocks = sys.argv[5], sys.argv[6]
 print("empty handler (Health/Check)   %9.0f req/s  p50 %6.0f us  p99 %6.0f us  errors %d"
       % (h["requests_per_second"], h["p50_us"], h["p99_us"], h["errors"]))
 print("Acquire hit + Release          %9.0f Acquire/s (%.0f rpc/s)  p50 %6.0f us  p99 %6.0f us  errors %d"
       % (a["requests_per_second"], a["rpcs_per_second"], a["p50_us"], a["p99_us"], a["errors"]))
 print("Acquire miss (no lease)        %9.0f req/s  p50 %6.0f us  p99 %6.0f us  errors %d"
       % (m["requests_per_second"], m["p50_us"], m["p99_us"], m["errors"]))
+print("Acquire miss, %3s-block prompt %9.0f req/s  p50 %6.0f us  p99 %6.0f us  errors %d"
+      % (short_blocks, s["requests_per_second"], s["p50_us"], s["p99_us"], s["errors"]))
 hr = h["requests_per_second"]
 print("ratio Acquire-hit rpc/s / empty : %.1f %%   (each Acquire is followed by its Release)" % (100 * a["rpcs_per_second"] / hr))
 print("ratio Acquire-hit /s    / empty : %.1f %%   (Acquire calls only)" % (100 * a["requests_per_second"] / hr))
-print("ratio Acquire-miss      / empty : %.1f %%   target >= 80 %%" % (100 * m["requests_per_second"] / hr))
+print("ratio Acquire-miss      / empty : %.1f %%   target >= 80 %%  (%s-block prompt)" % (100 * m["requests_per_second"] / hr, long_blocks))
+print("ratio Acquire-miss      / empty : %.1f %%   target >= 80 %%  (%s-block prompt)" % (100 * s["requests_per_second"] / hr, short_blocks))
 EOF
 
 echo
