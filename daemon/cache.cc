@@ -17,10 +17,6 @@ constexpr unsigned __int128 kMaxPageBytes = uint64_t{1} << 40;
 constexpr uint32_t kDefaultDumpLimit = 100;
 constexpr uint32_t kMaxDumpLimit = 10000;
 
-double SecondsSinceEpoch(absl::Time t) {
-  return absl::ToDoubleSeconds(t - absl::UnixEpoch());
-}
-
 absl::Status CheckString(absl::string_view field, const std::string& value,
                          uint32_t limit) {
   if (value.size() > limit) {
@@ -565,7 +561,8 @@ absl::Status Cache::DumpTree(const v1::DumpTreeRequest& req,
     out->set_age_seconds(n.age_seconds);
   }
   resp->set_total_nodes(total);
-  resp->set_truncated(nodes.size() < total);
+  // Only the limit truncates; a max_depth filter is what was asked for.
+  resp->set_truncated(nodes.size() >= limit && nodes.size() < total);
   return absl::OkStatus();
 }
 

@@ -201,6 +201,10 @@ absl::Status Server::Init() {
         options_.socket_path.empty() || options_.listen_tcp.empty() ? "" : " and ",
         options_.listen_tcp, " (address in use or not permitted)"));
   }
+  if (auto* health = grpc_server_->GetHealthCheckService()) {
+    health->SetServingStatus(v1::KvCache::service_full_name(), true);
+    health->SetServingStatus(v1::Admin::service_full_name(), true);
+  }
   if (!options_.listen_tcp.empty() && tcp_port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("--listen_tcp ", options_.listen_tcp, ": cannot bind"));

@@ -56,4 +56,8 @@ except grpc.RpcError as e:
 stats = admin.GetStats(pb.GetStatsRequest()).stats
 assert stats.cached_pages == 6 and stats.sessions == 1 and stats.invariants_ok
 outbox.put(None)  # ends the Session stream: the daemon closes the session
+for _ in stream:  # the daemon then finishes the stream with OK
+    pass
+assert stream.code() == grpc.StatusCode.OK, stream.code()
+channel.close()
 print("ok")

@@ -47,6 +47,16 @@ TEST_F(ServerTest, HealthCheckServing) {
   const grpc::Status s = done.get_future().get();
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  // Per service, too.
+  req.set_service("radixkv.v1.KvCache");
+  grpc::ClientContext ctx2;
+  ctx2.set_deadline(Deadline());
+  std::promise<grpc::Status> done2;
+  stub.UnaryCall(&ctx2, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &req,
+                 &resp, [&](grpc::Status s) { done2.set_value(s); });
+  ASSERT_TRUE(done2.get_future().get().ok());
+  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 #endif
 }
 

@@ -176,7 +176,9 @@ TEST_F(ServerTest, EvictionUnderPressure) {
   EXPECT_EQ(Stats().pinned_pages(), 8u);
   ASSERT_TRUE(Release(session.id(), pin2.lease_id()).ok());
   ASSERT_TRUE(Release(session.id(), pin3.lease_id()).ok());
-  if (more.lease_id() != 0) ASSERT_TRUE(Release(session.id(), more.lease_id()).ok());
+  if (more.lease_id() != 0) {
+    ASSERT_TRUE(Release(session.id(), more.lease_id()).ok());
+  }
 
   // Admin Evict and Clear.
   v1::EvictRequest er;
@@ -275,6 +277,54 @@ TEST_F(ServerTest, ExplainEveryState) {
   e = explain(TestNamespace(4, "model-c"), cached);
   EXPECT_FALSE(e.namespace_known());
   EXPECT_EQ(e.blocks(0).state(), v1::BLOCK_STATE_NOT_PRESENT);
+}
+
+TEST_F(ServerTest, DumpTreeAndListNamespaces) {
+  StartServer();
+  SessionStream session(kv_.get(), TestNamespace(), "dump");
+  ASSERT_TRUE(session.ok());
+  Insert(session.id(), Tokens(12, 35));  // one chain of 3 blocks
+  Insert(session.id(), Tokens(4, 36));   // another first block
+
+  v1::DumpTreeRequest req;
+  req.set_limit(10);
+  v1::DumpTreeResponse tree;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(admin_->DumpTree(&ctx, req, &tree).ok());
+  }
+  EXPECT_EQ(tree.total_nodes(), 4u);
+  EXPECT_FALSE(tree.truncated());
+  ASSERT_EQ(tree.nodes_size(), 4);
+  EXPECT_EQ(tree.nodes(0).depth(), 0u);  // shallowest first
+  EXPECT_EQ(tree.nodes(3).depth(), 2u);
+  EXPECT_EQ(tree.nodes(0).namespace_id(), session.info().namespace_id());
+  req.set_max_depth(0);
+  req.set_limit(1);
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(admin_->DumpTree(&ctx, req, &tree).ok());
+  }
+  ASSERT_EQ(tree.nodes_size(), 1);
+  EXPECT_TRUE(tree.truncated());
+  req.set_limit(20000);
+  {
+    grpc::ClientContext ctx;
+    const grpc::Status s = admin_->DumpTree(&ctx, req, &tree);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("limit"), std::string::npos);
+  }
+
+  v1::ListNamespacesResponse nss;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(admin_->ListNamespaces(&ctx, v1::ListNamespacesRequest(), &nss).ok());
+  }
+  ASSERT_EQ(nss.namespaces_size(), 1);
+  EXPECT_EQ(nss.namespaces(0).namespace_id(), session.info().namespace_id());
+  EXPECT_EQ(nss.namespaces(0).namespace_().model(), "test-model");
+  EXPECT_EQ(nss.namespaces(0).cached_blocks(), 4u);
+  EXPECT_EQ(nss.namespaces(0).sessions(), 1u);
 }
 
 // Reads events until `n` arrived or the stream ends.
