@@ -67,6 +67,10 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, ReplayTarget& target,
       while (!failed.load(std::memory_order_relaxed)) {
         const size_t idx = cursor.fetch_add(1, std::memory_order_relaxed);
         if (idx >= trace.requests.size()) break;
+        if (trace.requests[idx].hash_ids.empty()) {
+          ++t.requests;  // no full block: nothing to look up or cache
+          continue;
+        }
         absl::StatusOr<RequestOutcome> o = conns[i]->Replay(trace.requests[idx]);
         if (!o.ok()) {
           t.status = absl::Status(
