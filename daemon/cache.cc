@@ -608,9 +608,13 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
     for (const NamespaceEntry& o : others) {
       const std::vector<BlockKey> keys =
           ComputeBlockKeys(o.root, o.spec.page_size, p.tokens);
-      absl::StatusOr<MatchResult> m = t->Match(o.id, keys, p.tokens);
+      // Explain, not Match: it reads the same and leaves the Match counter
+      // (radixkv_matches_total) alone.
+      absl::StatusOr<std::vector<BlockExplanation>> m =
+          t->Explain(o.id, keys, p.tokens);
       if (!m.ok()) continue;
-      for (uint32_t i = 0; i < m->matched_blocks && i < blocks.size(); ++i) {
+      for (size_t i = 0; i < m->size() && i < blocks.size(); ++i) {
+        if ((*m)[i].status != BlockStatus::kCached) break;
         if (other_match[i] < 0) {
           other_match[i] = static_cast<int>(other_root.size());
         }
