@@ -10,7 +10,8 @@
 #
 # Environment: SECONDS_PER_METHOD (default 6), METHODS (default
 # "health acquire acquire_miss match acquire:key match:key"), PROMPT_BLOCKS
-# (default 128, of 16 tokens each).
+# (default 128, of 16 tokens each), LOADGEN_FLAGS (extra loadgen flags for
+# every measured method).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -18,6 +19,7 @@ build=$(cd "${1:-$repo/build}" && pwd)
 secs=${SECONDS_PER_METHOD:-6}
 methods=${METHODS:-"health acquire acquire_miss match acquire:key match:key"}
 prompt_blocks=${PROMPT_BLOCKS:-128}
+read -r -a extra_flags <<<"${LOADGEN_FLAGS:-}"
 radixkvd=$build/daemon/radixkvd
 loadgen=$build/bench/compare/loadgen
 for b in "$radixkvd" "$loadgen"; do
@@ -70,7 +72,7 @@ for spec in $methods; do
   name=${spec/:/_}
   run_daemon "$name"
   res=$("$loadgen" --endpoint="unix:$sock" --method="$m" $key --connections=2 \
-    --prompt_blocks="$prompt_blocks" --page_size=16 \
+    --prompt_blocks="$prompt_blocks" --page_size=16 "${extra_flags[@]}" \
     --inflight=4 --duration="$secs" --warmup=0 --json)
   stop_daemon
   calls=$(/usr/bin/python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(int(round(d["rpcs_per_second"]*d["seconds"])))' "$res")

@@ -18,7 +18,9 @@
 # Environment: DURATION (s per measurement, default 5), CONNS/INFLIGHT for
 # (a) saturation (default 4 x 16), SHORT_BLOCKS (a second, short prompt for
 # (a), default 8 blocks), LOOKUP_CONC for (b) (default 16),
-# OUT (a JSON-lines file for the results; default $WORK/results.jsonl).
+# OUT (a JSON-lines file for the results; default $WORK/results.jsonl),
+# LOADGEN_FLAGS (extra loadgen flags for every radixkv measurement, e.g.
+# --key_mode, which needs RADIXKVD_FLAGS=--allow_key_mode), RADIXKVD_FLAGS.
 # Everything runs on loopback/unix sockets under /tmp and is stopped on exit.
 set -euo pipefail
 
@@ -69,7 +71,10 @@ json_field() {  # json key
 }
 
 echo "# side_by_side: $(date -u +%F) on $(nproc) cores ($(uname -r)); daemon, load generators and Redis share these cores"
-"$radixkvd" --socket="$dsock" --metrics_listen= --pool=none,pages=100000 >"$work/radixkvd.log" 2>&1 &
+read -r -a extra_flags <<<"${LOADGEN_FLAGS:-}"
+read -r -a daemon_flags <<<"${RADIXKVD_FLAGS:-}"
+"$radixkvd" --socket="$dsock" --metrics_listen= --pool=none,pages=100000 \
+  "${daemon_flags[@]}" >"$work/radixkvd.log" 2>&1 &
 pids+=($!)
 wait_sock "$dsock" "${pids[-1]}"
 redis-server --port 0 --unixsocket "$rsock" --unixsocketperm 700 --save '' \
@@ -77,7 +82,7 @@ redis-server --port 0 --unixsocket "$rsock" --unixsocketperm 700 --save '' \
 pids+=($!)
 wait_sock "$rsock" "${pids[-1]}"
 
-lg() { "$loadgen" --endpoint="unix:$dsock" --duration="$duration" --warmup=1 --json "$@"; }
+lg() { "$loadgen" --endpoint="unix:$dsock" --duration="$duration" --warmup=1 --json "${extra_flags[@]}" "$@"; }
 
 echo
 echo "## (a) Acquire vs empty handler (loadgen, $conns connections x $inflight in flight, closed loop)"
@@ -149,7 +154,7 @@ echo "{\"label\": \"redis_exists_pipelined\", \"exists_per_second\": $redis_rps,
 # Independent generator for the radixkv side: h2load with a pre-framed body.
 h2=""
 if command -v h2load >/dev/null; then
-  "$loadgen" --endpoint="unix:$dsock" --method=match --connections=1 \
+  "$loadgen" --endpoint="unix:$dsock" --method=match --connections=1 "${extra_flags[@]}" \
     --prompt_blocks=$prompt_blocks --page_size=$page_size --write_body="$work/match.bin"
   h2n=$(/usr/bin/python3 -c "import json,sys; print(max(20000, int(json.loads(sys.argv[1])['requests_per_second'] * $duration)))" "$match")
   h2=$(h2load --base-uri="unix:$dsock" -c "$lookup_conc" -m 1 -n "$h2n" -d "$work/match.bin" \
