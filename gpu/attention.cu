@@ -53,12 +53,13 @@ __device__ __forceinline__ void Visit(RowState& st, const float* __restrict__ kr
 }
 
 __global__ void AttentionKernel(AttentionLaunch a) {
-  const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const uint64_t warp =
+      (uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const uint32_t lane = threadIdx.x % 32;
-  const uint32_t rows = a.num_queries * a.num_q_heads;
+  const uint64_t rows = uint64_t{a.num_queries} * a.num_q_heads;
   if (warp >= rows) return;  // whole warps exit together
-  const uint32_t qi = warp / a.num_q_heads;
-  const uint32_t h = warp % a.num_q_heads;
+  const uint32_t qi = static_cast<uint32_t>(warp / a.num_q_heads);
+  const uint32_t h = static_cast<uint32_t>(warp % a.num_q_heads);
   const uint32_t g = h / (a.num_q_heads / a.num_kv_heads);
   const uint32_t D = a.head_dim;
 
@@ -102,6 +103,11 @@ __global__ void AttentionKernel(AttentionLaunch a) {
 int LaunchAttention(const AttentionLaunch& a, void* stream) {
   const uint64_t rows = uint64_t{a.num_queries} * a.num_q_heads;
   const uint64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (rows == 0) return cudaSuccess;
+  if (blocks > 0x7fffffffu || a.head_dim > kMaxAttentionHeadDim ||
+      a.num_kv_heads == 0 || a.num_q_heads % a.num_kv_heads != 0) {
+    return cudaErrorInvalidConfiguration;
+  }
   AttentionKernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, 0,
                     static_cast<cudaStream_t>(stream)>>>(a);
   return cudaGetLastError();

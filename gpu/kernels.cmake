@@ -4,8 +4,11 @@
 # apply to radixkv_gpu's sources).
 set(_kernel_cc
   ${CMAKE_CURRENT_LIST_DIR}/kv_ops.cc
-  ${CMAKE_CURRENT_LIST_DIR}/attention.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/attention.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cublas_loader.cc)
 target_sources(radixkv_gpu PRIVATE ${_kernel_cc})
+# cuBLAS is dlopen()ed at run time (cublas_loader.cc): no link dependency.
+target_link_libraries(radixkv_gpu PUBLIC ${CMAKE_DL_LIBS})
 # The CPU kernels are the oracles and the reference worker's hot loops: build
 # them with -O3 (vectorised inner loops) in every optimised configuration.
 set_source_files_properties(${_kernel_cc} PROPERTIES

@@ -51,7 +51,13 @@ __global__ void WriteKvKernel(PageGeometry geom, const uint8_t* __restrict__ k,
   }
 }
 
-// grid: x = pair within the batch. Each block copies one page.
+// grid: x = pair within the batch, y = chunk of the page (strided when a
+// page has more than gridDim.y chunks). Each thread loads kUnroll words
+// before storing them, so enough loads are in flight to saturate HBM.
+constexpr int kCopyThreads = 512;
+constexpr int kUnroll = 4;
+constexpr unsigned kMaxGridY = 65535;
+
 template <typename Word>
 __global__ void CopyPagesKernel(uint64_t page_bytes,
                                 const uint8_t* __restrict__ src_base,
@@ -60,8 +66,23 @@ __global__ void CopyPagesKernel(uint64_t page_bytes,
   const Word* src =
       reinterpret_cast<const Word*>(src_base + batch.src[blockIdx.x] * page_bytes);
   Word* dst = reinterpret_cast<Word*>(dst_base + batch.dst[blockIdx.x] * page_bytes);
-  const size_t words = page_bytes / sizeof(Word);
-  for (size_t i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+  const uint64_t words = page_bytes / sizeof(Word);
+  const uint64_t chunk_words = uint64_t{kCopyThreads} * kUnroll;
+  const uint64_t chunks = (words + chunk_words - 1) / chunk_words;
+  for (uint64_t c = blockIdx.y; c < chunks; c += gridDim.y) {
+    const uint64_t first = c * chunk_words + threadIdx.x;
+    Word w[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const uint64_t i = first + static_cast<uint64_t>(j) * kCopyThreads;
+      if (i < words) w[j] = src[i];
+    }
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const uint64_t i = first + static_cast<uint64_t>(j) * kCopyThreads;
+      if (i < words) dst[i] = w[j];
+    }
+  }
 }
 
 bool Aligned(const void* p, size_t a) {
@@ -75,6 +96,11 @@ int LaunchWriteKv(const PageGeometry& geom, const void* k, const void* v,
                   void* pool_base, const uint64_t* host_page_ids,
                   size_t n_pages, void* stream) {
   if (n_tokens == 0) return cudaSuccess;
+  // grid.y carries the layer (limit 65535); grid.x the tokens of one batch.
+  if (geom.num_layers > kMaxGridY ||
+      uint64_t{geom.page_size} * kIdsPerLaunch > 0x7fffffffu) {
+    return cudaErrorInvalidConfiguration;
+  }
   const uint32_t stride = layer_stride_tokens == 0 ? n_tokens : layer_stride_tokens;
   const size_t row_bytes = size_t{geom.head_dim} * geom.elem_bytes;
   const bool words4 = row_bytes % 4 == 0 && Aligned(k, 4) && Aligned(v, 4) &&
@@ -115,12 +141,17 @@ int LaunchCopyPages(uint64_t page_bytes, const void* src_base,
     std::copy(host_dst_ids + p0, host_dst_ids + p0 + np, batch.dst);
     const auto* sb = static_cast<const uint8_t*>(src_base);
     auto* db = static_cast<uint8_t*>(dst_base);
+    const uint64_t word = vec16 ? 16 : 1;
+    const uint64_t chunk_bytes = word * kCopyThreads * kUnroll;
+    const uint64_t chunks = (page_bytes + chunk_bytes - 1) / chunk_bytes;
+    const dim3 grid(static_cast<unsigned>(np),
+                    static_cast<unsigned>(std::min<uint64_t>(chunks, kMaxGridY)));
     if (vec16) {
-      CopyPagesKernel<uint4><<<static_cast<unsigned>(np), 512, 0, s>>>(
-          page_bytes, sb, db, batch);
+      CopyPagesKernel<uint4><<<grid, kCopyThreads, 0, s>>>(page_bytes, sb, db,
+                                                           batch);
     } else {
-      CopyPagesKernel<uint8_t><<<static_cast<unsigned>(np), 512, 0, s>>>(
-          page_bytes, sb, db, batch);
+      CopyPagesKernel<uint8_t><<<grid, kCopyThreads, 0, s>>>(page_bytes, sb,
+                                                             db, batch);
     }
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }

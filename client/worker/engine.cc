@@ -18,9 +18,14 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 // Writes blocks [first_block, first_block + n) of the request's K/V from the
 // local cache (whose token 0 is absolute position local_base) into
 // lease pages [page_index, page_index + n).
-absl::Status WriteBlocks(const ModelConfig& c, const LocalKv& local,
+// Device pages (a cuda pool) are written by the model's CUDA path, which
+// synchronises its stream before returning; host pages by the CPU write_kv
+// from the host copy of the local cache. Either way the K/V are complete
+// when this returns OK, so the caller may Commit (DESIGN.md §5).
+absl::Status WriteBlocks(const Model& model, const LocalKv& local,
                          uint32_t local_base, uint32_t first_block, uint32_t n,
                          const CacheLease& lease, size_t page_index) {
+  const ModelConfig& c = model.config();
   if (n == 0) return absl::OkStatus();
   const uint32_t first_local = first_block * c.page_size - local_base;
   std::vector<void*> pages(n);
@@ -30,6 +35,9 @@ absl::Status WriteBlocks(const ModelConfig& c, const LocalKv& local,
       return absl::InternalError(
           absl::StrCat("lease page ", page_index + i, " has no address"));
     }
+  }
+  if (lease.device_pages()) {
+    return model.WriteKvToDevicePages(local, first_local, pages);
   }
   const gpu::KvSource src{local.k(0, first_local), local.v(0, first_local),
                           n * c.page_size, local.capacity()};
@@ -65,6 +73,7 @@ absl::StatusOr<RunResult> Engine::Run(absl::Span<const uint32_t> prompt,
   const uint32_t prefix_tokens = std::min(matched * ps, n - 1);
   PrefixView prefix;
   prefix.tokens = prefix_tokens;
+  prefix.device_pages = lease->device_pages();
   for (uint32_t i = 0; i < (prefix_tokens + ps - 1) / ps; ++i) {
     const void* p = lease->page_address(i);
     if (p == nullptr) {
@@ -89,7 +98,7 @@ absl::StatusOr<RunResult> Engine::Run(absl::Span<const uint32_t> prompt,
   if (options.commit_prompt && new_blocks > 0) {
     // New blocks start right after the matched ones, which are all in the
     // prefix (a prompt with unmatched blocks is not fully cached).
-    RETURN_IF_ERROR(WriteBlocks(c, local, prefix_tokens, matched, new_blocks,
+    RETURN_IF_ERROR(WriteBlocks(*model_, local, prefix_tokens, matched, new_blocks,
                                 *lease, matched));
     RETURN_IF_ERROR(lease->Commit(new_blocks, /*release=*/false));
     result.committed_blocks = new_blocks;
@@ -117,7 +126,7 @@ absl::StatusOr<RunResult> Engine::Run(absl::Span<const uint32_t> prompt,
     const uint32_t m2 = gen->matched_blocks(), n2 = gen->new_blocks();
     // Only blocks whose K/V sit in the local cache can be written.
     if (n2 > 0 && m2 * ps >= prefix_tokens) {
-      RETURN_IF_ERROR(WriteBlocks(c, local, prefix_tokens, m2, n2, *gen, m2));
+      RETURN_IF_ERROR(WriteBlocks(*model_, local, prefix_tokens, m2, n2, *gen, m2));
       RETURN_IF_ERROR(gen->Commit(n2, /*release=*/true));
       result.committed_generated_blocks = n2;
     }

@@ -11,7 +11,8 @@
 //   3. First token = argmax of the last prompt position's logits (TTFT).
 //   4. write_kv the new full blocks' K/V (from the request's local cache)
 //      into the allocated pages, then Commit them (the CPU write has
-//      completed when write_kv returns).
+//      completed when write_kv returns; the CUDA path synchronises its
+//      stream first).
 //   5. Decode greedily; decode K/V stay in the local cache. The prefix pages
 //      stay pinned until decoding ends, then the lease is released.
 //   6. With commit_generated, full blocks of prompt + generated tokens past

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/worker/cuda_model.h"
 #include "client/worker/matmul.h"
 #include "gpu/attention.h"
 #include "gpu/kv_parallel.h"
@@ -66,6 +67,26 @@ void Rope(float* x, uint32_t head_dim, const float* cos_t, const float* sin_t) {
 }
 
 }  // namespace
+
+absl::StatusOr<Device> ParseDevice(absl::string_view name) {
+  if (name == "auto") return Device::kAuto;
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "device \"", name, "\": want auto, cpu or cuda"));
+}
+
+const char* DeviceName(Device device) {
+  switch (device) {
+    case Device::kAuto:
+      return "auto";
+    case Device::kCpu:
+      return "cpu";
+    case Device::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
 
 absl::Status ModelConfig::Validate() const {
   auto bad = [](absl::string_view field, uint64_t v, absl::string_view rule) {
@@ -172,8 +193,10 @@ LocalKv::LocalKv(const ModelConfig& config, uint32_t capacity_tokens)
       v_(k_.size()) {}
 
 Model::Model(const ModelConfig& config) : config_(config) {}
+Model::~Model() = default;
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config) {
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
+                                                     Device device) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   std::unique_ptr<Model> m(new Model(config));
   const ModelConfig& c = m->config_;
@@ -207,7 +230,27 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config) 
     m->inv_freq_[i] = static_cast<float>(
         std::pow(double(c.rope_theta), -2.0 * i / double(c.head_dim)));
   }
+  if (device == Device::kCpu) return m;
+  absl::StatusOr<std::unique_ptr<CudaModel>> cuda = CudaModel::Create(*m);
+  if (cuda.ok()) {
+    m->cuda_ = std::move(*cuda);
+  } else if (device == Device::kCuda) {
+    return cuda.status();
+  } else {
+    m->device_note_ = absl::StrCat("device auto: ", cuda.status().message(),
+                                   "; using the CPU path");
+  }
   return m;
+}
+
+absl::Status Model::WriteKvToDevicePages(const LocalKv& local,
+                                         uint32_t first_local,
+                                         absl::Span<void* const> pages) const {
+  if (cuda_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "WriteKvToDevicePages: the model runs on the CPU");
+  }
+  return cuda_->WriteKvToDevicePages(local, first_local, pages);
 }
 
 absl::StatusOr<std::vector<float>> Model::Forward(
@@ -233,6 +276,12 @@ absl::StatusOr<std::vector<float>> Model::Forward(
         "prefix.tokens (", prefix.tokens, ") exceed ", prefix.pages.size(),
         " pages of ", c.page_size, " tokens"));
   }
+  if (prefix.device_pages && prefix.tokens > 0 && cuda_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "prefix.device_pages: the model runs on the CPU and cannot read "
+        "device pages");
+  }
+  if (cuda_ != nullptr) return cuda_->Forward(prefix, local, tokens);
   const size_t d = c.d_model, hd = c.head_dim, hq = c.num_q_heads,
                hkv = c.num_kv_heads, qd = hq * hd, kvd = hkv * hd,
                f = c.ffn_dim, qkv_w = qd + 2 * kvd;

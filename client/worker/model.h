@@ -26,9 +26,16 @@
 // token's logits. Prefill = one Forward over the uncached suffix; each
 // decode step = one Forward of one token.
 //
+// Devices: Create(config, device) picks the CPU path or the CUDA path
+// (cuda_model.h: cuBLAS GEMMs and device kernels, weights on the device).
+// kAuto takes CUDA when a device and cuBLAS are usable and otherwise the
+// CPU, saying why in device_note(). Both paths compute the same function
+// (within float rounding; the CUDA equivalence tests allow 1e-3).
+//
 // Thread safety: a Model is immutable after Create and may be shared by
-// threads; each request needs its own LocalKv. Forward uses internal threads
-// (gpu::ParallelFor) for large matmuls and attention.
+// threads; each request needs its own LocalKv. The CPU Forward uses internal
+// threads (gpu::ParallelFor) for large matmuls and attention; CUDA Forward
+// calls are serialised on the model's stream.
 #ifndef RADIXKV_CLIENT_WORKER_MODEL_H_
 #define RADIXKV_CLIENT_WORKER_MODEL_H_
 
@@ -45,6 +52,15 @@
 #include "radix/block_key.h"
 
 namespace radixkv::worker {
+
+class CudaModel;  // cuda_model.h
+
+// Where a Model runs its forward passes.
+enum class Device { kAuto, kCpu, kCuda };
+
+// "auto", "cpu" or "cuda"; INVALID_ARGUMENT naming the choices otherwise.
+absl::StatusOr<Device> ParseDevice(absl::string_view name);
+const char* DeviceName(Device device);
 
 struct ModelConfig {
   std::string name = "tiny";
@@ -85,6 +101,15 @@ absl::StatusOr<ModelConfig> NamedModelConfig(absl::string_view name);
 struct PrefixView {
   std::vector<const void*> pages;
   uint32_t tokens = 0;  // REQUIRES: <= pages.size() * page_size
+  // The pages are device pointers (a mapped cuda pool); only a Model on the
+  // cuda device can read them.
+  bool device_pages = false;
+};
+
+// A LocalKv's device mirror (cuda_model.cc); opaque elsewhere.
+struct DeviceKv;
+struct DeviceKvDeleter {
+  void operator()(DeviceKv* kv) const;
 };
 
 // One request's local K/V cache: the tokens after the prefix that this
@@ -114,6 +139,7 @@ class LocalKv {
 
  private:
   friend class Model;
+  friend class CudaModel;
   size_t Index(uint32_t layer, uint32_t t) const {
     return (size_t{layer} * capacity_ + t) * token_floats_;
   }
@@ -121,6 +147,9 @@ class LocalKv {
   uint32_t size_ = 0;
   size_t token_floats_ = 0;
   std::vector<float> k_, v_;
+  // Created by the first CUDA Forward; kept in sync with k_/v_ for tokens
+  // < size_.
+  std::unique_ptr<DeviceKv, DeviceKvDeleter> device_;
 };
 
 // FLOPs of a forward pass of `new_tokens` tokens after `context_tokens`
@@ -132,17 +161,34 @@ double ForwardFlops(const ModelConfig& config, uint64_t context_tokens,
 
 class Model {
  public:
-  // Validates the config and generates the weights.
-  static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config);
+  // Validates the config and generates the weights; with kCuda or kAuto
+  // also uploads them to the device. kCuda without a usable device or
+  // cuBLAS: FAILED_PRECONDITION saying what is missing; kAuto then falls
+  // back to the CPU and records why in device_note().
+  static absl::StatusOr<std::unique_ptr<Model>> Create(
+      const ModelConfig& config, Device device = Device::kCpu);
+  ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // True when forward passes run on the CUDA device.
+  bool on_cuda() const { return cuda_ != nullptr; }
+  // One line: why kAuto chose the CPU; empty otherwise.
+  const std::string& device_note() const { return device_note_; }
+
+  // CUDA path only: writes local tokens [first_local, first_local +
+  // pages.size() * page_size) into device pages with write_kv and waits for
+  // completion (the pages may then be committed). FAILED_PRECONDITION on
+  // the CPU path.
+  absl::Status WriteKvToDevicePages(const LocalKv& local, uint32_t first_local,
+                                    absl::Span<void* const> pages) const;
 
   // Runs `tokens` at absolute positions prefix.tokens + local->size() ...,
   // appends their K/V to `local` and returns the logits of the last one.
   // INVALID_ARGUMENT (local unchanged) for: no tokens, a token >= vocab, not
-  // enough local capacity, or a prefix that does not fit its pages.
+  // enough local capacity, a prefix that does not fit its pages, or device
+  // prefix pages on the CPU path.
   absl::StatusOr<std::vector<float>> Forward(const PrefixView& prefix,
                                              LocalKv* local,
                                              absl::Span<const uint32_t> tokens) const;
@@ -159,6 +205,10 @@ class Model {
   std::vector<float> final_norm_;
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;   // RoPE, [head_dim / 2]
+  std::unique_ptr<CudaModel> cuda_;  // set: the CUDA path
+  std::string device_note_;
+
+  friend class CudaModel;  // reads the host weights to upload them
 };
 
 // Index of the largest logit (the smallest index on ties).

@@ -130,14 +130,16 @@ class LocalPrefixCache final : public PrefixCache {
 
 class DaemonLease final : public CacheLease {
  public:
-  // `host_pool`: the client's pool is a host mapping the CPU can read.
-  DaemonLease(Lease lease, bool host_pool) : lease_(std::move(lease)) {
-    // Pages the worker cannot address from the CPU (no mapping, a cuda pool)
-    // are useless to it: serve such a lease as a miss and let the daemon
-    // free its pages.
+  // `usable_pool`: the client's pool is mapped in a form the model can
+  // read (host, or cuda for a CUDA model); `device`: it is a cuda pool.
+  DaemonLease(Lease lease, bool usable_pool, bool device)
+      : lease_(std::move(lease)), device_(device) {
+    // Pages the worker cannot address (no mapping, a cuda pool for a CPU
+    // model) are useless to it: serve such a lease as a miss and let the
+    // daemon free its pages.
     const size_t n = lease_.pages().size();
     for (size_t i = 0; i < n && usable_; ++i) {
-      usable_ = host_pool && lease_.page_address(i) != nullptr;
+      usable_ = usable_pool && lease_.page_address(i) != nullptr;
     }
     if (!usable_) (void)lease_.Release();
   }
@@ -151,6 +153,7 @@ class DaemonLease final : public CacheLease {
   void* page_address(size_t i) const override {
     return usable_ ? lease_.page_address(i) : nullptr;
   }
+  bool device_pages() const override { return usable_ && device_; }
   absl::Status Commit(uint32_t blocks, bool release) override {
     if (!usable_ || !lease_.held()) {
       if (blocks == 0) return absl::OkStatus();
@@ -164,12 +167,14 @@ class DaemonLease final : public CacheLease {
 
  private:
   Lease lease_;
+  const bool device_;
   bool usable_ = true;
 };
 
 class DaemonPrefixCache final : public PrefixCache {
  public:
-  explicit DaemonPrefixCache(Client* client) : client_(client) {}
+  DaemonPrefixCache(Client* client, bool accept_device_pages)
+      : client_(client), accept_device_pages_(accept_device_pages) {}
 
   absl::StatusOr<std::unique_ptr<CacheLease>> Acquire(
       absl::Span<const uint32_t> tokens, bool allocate) override {
@@ -179,8 +184,11 @@ class DaemonPrefixCache final : public PrefixCache {
     const std::shared_ptr<gpu::MappedPool> pool = client_->pool();
     const bool host_pool =
         pool != nullptr && pool->backend() == gpu::Backend::kHost;
-    return std::unique_ptr<CacheLease>(
-        new DaemonLease(std::move(lease), host_pool));
+    const bool cuda_pool =
+        pool != nullptr && pool->backend() == gpu::Backend::kCuda;
+    return std::unique_ptr<CacheLease>(new DaemonLease(
+        std::move(lease), host_pool || (cuda_pool && accept_device_pages_),
+        cuda_pool));
   }
   std::string Describe() const override {
     return absl::StrCat("daemon ", client_->options().endpoint);
@@ -188,6 +196,7 @@ class DaemonPrefixCache final : public PrefixCache {
 
  private:
   Client* client_;
+  const bool accept_device_pages_;
 };
 
 }  // namespace
@@ -210,8 +219,9 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> NewLocalPrefixCache(
   return std::unique_ptr<PrefixCache>(std::move(cache));
 }
 
-std::unique_ptr<PrefixCache> NewDaemonPrefixCache(Client* client) {
-  return std::make_unique<DaemonPrefixCache>(client);
+std::unique_ptr<PrefixCache> NewDaemonPrefixCache(Client* client,
+                                                  bool accept_device_pages) {
+  return std::make_unique<DaemonPrefixCache>(client, accept_device_pages);
 }
 
 }  // namespace radixkv::worker

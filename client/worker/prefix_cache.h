@@ -49,9 +49,12 @@ class CacheLease {
   virtual uint32_t new_blocks() const = 0;
   // True when the cache could not be consulted (daemon away): a miss.
   virtual bool degraded() const { return false; }
-  // Host address of page i (matched pages first, then new ones); nullptr
-  // when i is out of range. Valid while the lease lives.
+  // Address of page i (matched pages first, then new ones); nullptr when i
+  // is out of range. A host address, or a device address when
+  // device_pages(). Valid while the lease lives.
   virtual void* page_address(size_t i) const = 0;
+  // True when page_address() returns device pointers (a mapped cuda pool).
+  virtual bool device_pages() const { return false; }
   // Commits the next `blocks` new pages (their K/V written) in block order;
   // with release, also ends the lease. FAILED_PRECONDITION when `blocks`
   // exceeds the uncommitted new pages or the lease is not held.
@@ -93,8 +96,11 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> NewLocalPrefixCache(
 // Daemon-backed cache over a connected (or still connecting) client created
 // with attach_pool = true and the model's namespace. The client is borrowed
 // and must outlive the cache and its leases. Leases whose pages are not
-// mapped in this process (no pool, a cuda pool) are turned into misses.
-std::unique_ptr<PrefixCache> NewDaemonPrefixCache(Client* client);
+// mapped in this process (no pool) are turned into misses; so are leases on
+// a cuda pool unless `accept_device_pages` (the model runs on CUDA and can
+// read and write device pages).
+std::unique_ptr<PrefixCache> NewDaemonPrefixCache(
+    Client* client, bool accept_device_pages = false);
 
 }  // namespace radixkv::worker
 

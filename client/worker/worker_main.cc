@@ -5,6 +5,7 @@
 //                      [--endpoint E] [--timeout D] [model overrides]
 //   radixkv-worker bench [--model small] [--prefix-tokens P]
 //                        [--suffix-tokens S] [--repeat R] [--json]
+//   both: [--device auto|cpu|cuda]
 //
 // `run` serves each prompt through radixkvd (skipping its cached prefix) and
 // prints tokens, matched tokens, time to first token, decode rate and the
@@ -66,6 +67,8 @@ constexpr char kUsage[] =
     "      --repeat=R  best of R timed runs each (default 5)\n"
     "  Model flags (both commands):\n"
     "      --model=tiny|small|base (run: tiny, bench: small)\n"
+    "      --device=auto|cpu|cuda  where forward passes run (default auto:\n"
+    "                            cuda when a device and cuBLAS are present)\n"
     "      --layers --d-model --q-heads --kv-heads --head-dim --ffn --vocab\n"
     "      --page-size --seed --tied     override the named size\n"
     "Exit codes: 0 ok, 1 error, 3 bad arguments.\n";
@@ -199,6 +202,17 @@ absl::StatusOr<std::vector<std::vector<uint32_t>>> ReadPrompts(
   return prompts;
 }
 
+// Creates the model on --device; a one-line note on stderr when auto fell
+// back to the CPU.
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& config,
+                                                   Device device) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Create(config, device));
+  if (!model->device_note().empty()) {
+    std::cerr << "radixkv-worker: " << model->device_note() << "\n";
+  }
+  return model;
+}
+
 int Fail(const absl::Status& s) {
   std::cerr << "Error: " << s.message() << "\n";
   return s.code() == absl::StatusCode::kInvalidArgument ||
@@ -210,6 +224,8 @@ int Fail(const absl::Status& s) {
 int RunCommand(Flags& f) {
   absl::StatusOr<ModelConfig> config = ModelFromFlags(f, "tiny");
   if (!config.ok()) return Fail(config.status());
+  absl::StatusOr<Device> device = ParseDevice(f.Str("device", "auto"));
+  if (!device.ok()) return Fail(device.status());
   const bool text = f.Has("text");
   if (text == f.Has("prompts")) {
     return Fail(absl::InvalidArgumentError("give exactly one of --prompts and --text"));
@@ -234,7 +250,7 @@ int RunCommand(Flags& f) {
                              config->vocab);
   if (!prompts.ok()) return Fail(prompts.status());
 
-  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(*config);
+  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(*config, *device);
   if (!model.ok()) return Fail(model.status());
 
   std::unique_ptr<Client> client;
@@ -258,7 +274,8 @@ int RunCommand(Flags& f) {
                 << " (" << client->state().last_error.message()
                 << "); prefilling without the cache\n";
     }
-    cache = NewDaemonPrefixCache(client.get());
+    cache = NewDaemonPrefixCache(client.get(),
+                                 /*accept_device_pages=*/(*model)->on_cuda());
   }
 
   Engine engine(model->get(), cache.get());
@@ -296,6 +313,8 @@ int RunCommand(Flags& f) {
 int BenchCommand(Flags& f) {
   absl::StatusOr<ModelConfig> config = ModelFromFlags(f, "small");
   if (!config.ok()) return Fail(config.status());
+  absl::StatusOr<Device> device = ParseDevice(f.Str("device", "auto"));
+  if (!device.ok()) return Fail(device.status());
   absl::StatusOr<uint32_t> p = f.U32("prefix-tokens", 1856);
   absl::StatusOr<uint32_t> s = f.U32("suffix-tokens", 192);
   absl::StatusOr<uint32_t> repeat = f.U32("repeat", 5);
@@ -308,7 +327,7 @@ int BenchCommand(Flags& f) {
   if (uint64_t{*p} + *s > (1u << 20)) {
     return Fail(absl::InvalidArgumentError("prefix + suffix tokens must be <= 1048576"));
   }
-  absl::StatusOr<std::unique_ptr<Model>> model = Model::Create(*config);
+  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(*config, *device);
   if (!model.ok()) return Fail(model.status());
 
   const uint32_t n = *p + *s;
@@ -350,12 +369,13 @@ int BenchCommand(Flags& f) {
       ForwardFlops(*config, 0, n) / ForwardFlops(*config, matched, n - matched);
   const double speedup = best_uncached / best_cached;
   std::printf(
-      "{\"model\":\"%s\",\"prefix_tokens\":%u,\"suffix_tokens\":%u,"
+      "{\"model\":\"%s\",\"device\":\"%s\",\"prefix_tokens\":%u,\"suffix_tokens\":%u,"
       "\"matched_tokens\":%u,\"ttft_uncached_s\":%.6f,\"ttft_cached_s\":%.6f,"
       "\"speedup\":%.3f,\"ideal_speedup\":%.3f,\"fraction_of_ideal\":%.3f,"
       "\"max_abs_logit_diff\":%.3g,\"threads\":%zu,\"repeat\":%u,"
       "\"parameters\":%llu}\n",
-      config->name.c_str(), *p, *s, matched, best_uncached, best_cached,
+      config->name.c_str(), (*model)->on_cuda() ? "cuda" : "cpu", *p, *s,
+      matched, best_uncached, best_cached,
       speedup, ideal, speedup / ideal, diff, gpu::KernelThreads(), *repeat,
       static_cast<unsigned long long>(config->ParameterCount()));
   return 0;
