@@ -1,0 +1,332 @@
+// gpu_bench: throughput of the page kernels on a CUDA device. One JSON object
+// per line:
+//
+//   copy_pages     device -> device, many 1 and 2 MiB pages in shuffled
+//                  order; GB/s counting read + write bytes, and the fraction
+//                  of the HBM peak (--peak_gbps, default 4800: H200 HBM3e);
+//                  cudaMemcpyAsync of one contiguous range as the reference
+//   offload        device -> pinned host and back, 2 MiB pages, through
+//                  copy_pages into mapped pinned memory and through batched
+//                  cudaMemcpyAsync; GB/s of bytes moved (one direction)
+//   write_kv       new K/V of many tokens scattered into pages (base model
+//                  geometry); GB/s of bytes written
+//   attention      attention_prefix_suffix on the device vs the CPU oracle
+//                  (same inputs) for a few shapes; milliseconds and max diff
+//
+// Usage: gpu_bench [--quick] [--peak_gbps=N]. Exit codes: 0 ok, 1 a CUDA or
+// kernel error, 77 no usable CUDA device (nothing measured).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gpu/attention.h"
+#include "gpu/cuda_kernels_util.h"
+#include "gpu/kv_ops.h"
+#include "gpu/page_layout.h"
+
+namespace radixkv::gpu {
+namespace {
+
+#define BENCH_CHECK(expr)                                                    \
+  do {                                                                       \
+    if (absl::Status _s = (expr); !_s.ok()) {                                \
+      std::fprintf(stderr, "gpu_bench: %s: %s\n", #expr,                     \
+                   std::string(_s.message()).c_str());                       \
+      std::exit(1);                                                          \
+    }                                                                        \
+  } while (0)
+
+absl::Status Cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+// Pinned, device-mapped host memory (cudaHostAlloc); freed on destruction.
+class PinnedBuffer {
+ public:
+  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) {
+    BENCH_CHECK(Cuda(cudaHostAlloc(&ptr_, bytes, cudaHostAllocMapped),
+                     "cudaHostAlloc"));
+    std::memset(ptr_, 0, bytes);
+  }
+  ~PinnedBuffer() { (void)cudaFreeHost(ptr_); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+class Stream {
+ public:
+  Stream() { BENCH_CHECK(Cuda(cudaStreamCreate(&s_), "cudaStreamCreate")); }
+  ~Stream() { (void)cudaStreamDestroy(s_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// Median milliseconds of `reps` runs of fn() (each enqueued on `stream`)
+// after one warm-up run, timed with CUDA events.
+template <typename Fn>
+double TimeMs(cudaStream_t stream, int reps, Fn fn) {
+  cudaEvent_t a, b;
+  BENCH_CHECK(Cuda(cudaEventCreate(&a), "cudaEventCreate"));
+  BENCH_CHECK(Cuda(cudaEventCreate(&b), "cudaEventCreate"));
+  BENCH_CHECK(fn());
+  BENCH_CHECK(Cuda(cudaStreamSynchronize(stream), "warm-up"));
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    BENCH_CHECK(Cuda(cudaEventRecord(a, stream), "cudaEventRecord"));
+    BENCH_CHECK(fn());
+    BENCH_CHECK(Cuda(cudaEventRecord(b, stream), "cudaEventRecord"));
+    BENCH_CHECK(Cuda(cudaEventSynchronize(b), "cudaEventSynchronize"));
+    float t = 0;
+    BENCH_CHECK(Cuda(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime"));
+    ms.push_back(t);
+  }
+  (void)cudaEventDestroy(a);
+  (void)cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+std::vector<uint64_t> Shuffled(uint64_t n, uint32_t seed) {
+  std::vector<uint64_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+  return ids;
+}
+
+void BenchCopyPages(cudaStream_t s, bool quick, double peak_gbps) {
+  const uint64_t total = (quick ? 512ull : 2048ull) << 20;  // per pool
+  for (uint64_t page_bytes : {1ull << 20, 2ull << 20}) {
+    const uint64_t pages = total / page_bytes;
+    auto src = CudaKernelBuffer::Create(total);
+    auto dst = CudaKernelBuffer::Create(total);
+    BENCH_CHECK(src.status());
+    BENCH_CHECK(dst.status());
+    const std::vector<uint64_t> sid = Shuffled(pages, 1), did = Shuffled(pages, 2);
+    const double ms = TimeMs(s, quick ? 5 : 20, [&] {
+      return CopyPagesCuda(page_bytes, src->get(), pages, sid, dst->get(),
+                           pages, did, s);
+    });
+    const double gbps = 2.0 * total / (ms * 1e-3) / 1e9;
+    std::printf(
+        "{\"bench\":\"copy_pages\",\"dir\":\"d2d\",\"page_bytes\":%llu,"
+        "\"pages\":%llu,\"ms\":%.4f,\"gbps_rw\":%.1f,\"peak_gbps\":%.0f,"
+        "\"pct_of_peak\":%.1f,\"target_pct\":70}\n",
+        static_cast<unsigned long long>(page_bytes),
+        static_cast<unsigned long long>(pages), ms, gbps, peak_gbps,
+        100.0 * gbps / peak_gbps);
+    const double ms_ref = TimeMs(s, quick ? 5 : 20, [&] {
+      return Cuda(cudaMemcpyAsync(dst->get(), src->get(), total,
+                                  cudaMemcpyDeviceToDevice, s),
+                  "cudaMemcpyAsync");
+    });
+    const double gbps_ref = 2.0 * total / (ms_ref * 1e-3) / 1e9;
+    std::printf(
+        "{\"bench\":\"memcpy_reference\",\"dir\":\"d2d\",\"bytes\":%llu,"
+        "\"ms\":%.4f,\"gbps_rw\":%.1f,\"pct_of_peak\":%.1f}\n",
+        static_cast<unsigned long long>(total), ms_ref, gbps_ref,
+        100.0 * gbps_ref / peak_gbps);
+    std::fflush(stdout);
+  }
+}
+
+void BenchOffload(cudaStream_t s, bool quick) {
+  const uint64_t page_bytes = 2ull << 20;
+  const uint64_t total = (quick ? 256ull : 1024ull) << 20;
+  const uint64_t pages = total / page_bytes;
+  auto dev = CudaKernelBuffer::Create(total);
+  BENCH_CHECK(dev.status());
+  PinnedBuffer host(total);
+  void* host_dev = nullptr;  // the device view of the mapped pinned buffer
+  BENCH_CHECK(Cuda(cudaHostGetDevicePointer(&host_dev, host.get(), 0),
+                   "cudaHostGetDevicePointer"));
+  const std::vector<uint64_t> sid = Shuffled(pages, 3), did = Shuffled(pages, 4);
+  const int reps = quick ? 3 : 10;
+  auto report = [&](const char* method, const char* dir, double ms) {
+    const double gbps = double(total) / (ms * 1e-3) / 1e9;
+    std::printf(
+        "{\"bench\":\"offload\",\"method\":\"%s\",\"dir\":\"%s\","
+        "\"page_bytes\":%llu,\"pages\":%llu,\"ms\":%.3f,\"gbps\":%.1f,"
+        "\"target_gbps\":40}\n",
+        method, dir, static_cast<unsigned long long>(page_bytes),
+        static_cast<unsigned long long>(pages), ms, gbps);
+    std::fflush(stdout);
+  };
+  report("copy_pages", "d2h", TimeMs(s, reps, [&] {
+           return CopyPagesCuda(page_bytes, dev->get(), pages, sid, host_dev,
+                                pages, did, s);
+         }));
+  report("copy_pages", "h2d", TimeMs(s, reps, [&] {
+           return CopyPagesCuda(page_bytes, host_dev, pages, did, dev->get(),
+                                pages, sid, s);
+         }));
+  auto memcpy_batch = [&](bool d2h) {
+    for (uint64_t i = 0; i < pages; ++i) {
+      uint8_t* d = dev->as<uint8_t>() + sid[i] * page_bytes;
+      uint8_t* h = host.get() + did[i] * page_bytes;
+      cudaError_t e = d2h ? cudaMemcpyAsync(h, d, page_bytes,
+                                            cudaMemcpyDeviceToHost, s)
+                          : cudaMemcpyAsync(d, h, page_bytes,
+                                            cudaMemcpyHostToDevice, s);
+      if (e != cudaSuccess) return Cuda(e, "cudaMemcpyAsync");
+    }
+    return absl::OkStatus();
+  };
+  report("memcpy_async", "d2h", TimeMs(s, reps, [&] { return memcpy_batch(true); }));
+  report("memcpy_async", "h2d", TimeMs(s, reps, [&] { return memcpy_batch(false); }));
+}
+
+void BenchWriteKv(cudaStream_t s, bool quick) {
+  // The base model's layout: 8 layers, 4 kv heads, 16-token pages, dim 64.
+  const PageGeometry g{8, 4, 16, 64, 4};
+  const uint32_t n = quick ? 4096 : 16384;
+  const uint64_t pages = PagesForTokens(g, n);
+  const uint64_t capacity = pages + 64;
+  const size_t src_bytes = size_t{n} * g.num_layers * g.num_kv_heads * g.head_dim * 4;
+  auto k = CudaKernelBuffer::Create(src_bytes);
+  auto v = CudaKernelBuffer::Create(src_bytes);
+  auto pool = CudaKernelBuffer::Create(capacity * g.page_bytes());
+  BENCH_CHECK(k.status());
+  BENCH_CHECK(v.status());
+  BENCH_CHECK(pool.status());
+  std::vector<uint64_t> ids = Shuffled(capacity, 5);
+  ids.resize(pages);
+  const double ms = TimeMs(s, quick ? 5 : 20, [&] {
+    return WriteKvCuda(g, KvSource{k->get(), v->get(), n, 0}, pool->get(),
+                       capacity, ids, s);
+  });
+  const double bytes = 2.0 * src_bytes;  // written (and as many read)
+  std::printf(
+      "{\"bench\":\"write_kv\",\"tokens\":%u,\"page_bytes\":%llu,"
+      "\"pages\":%llu,\"ms\":%.4f,\"gbps_written\":%.1f,"
+      "\"tokens_per_s\":%.3g}\n",
+      n, static_cast<unsigned long long>(g.page_bytes()),
+      static_cast<unsigned long long>(pages), ms, bytes / (ms * 1e-3) / 1e9,
+      n / (ms * 1e-3));
+  std::fflush(stdout);
+}
+
+void BenchAttention(cudaStream_t s, bool quick) {
+  struct Shape {
+    const char* name;
+    uint32_t hq, hkv, dim, prefix, suffix;
+  };
+  std::vector<Shape> shapes = {{"prefill_p1856_s192", 12, 4, 64, 1856, 192},
+                               {"decode_p4096_s1", 12, 4, 64, 4096, 1},
+                               {"prefill_p8192_s512", 32, 8, 128, 8192, 512}};
+  if (quick) shapes.pop_back();
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const Shape& sh : shapes) {
+    const PageGeometry g{1, sh.hkv, 16, sh.dim, 4};
+    const uint64_t pages = PagesForTokens(g, sh.prefix);
+    std::vector<float> pool(pages * g.page_bytes() / 4), q(size_t{sh.suffix} * sh.hq * sh.dim),
+        k(size_t{sh.suffix} * sh.hkv * sh.dim), v(k.size()), out_cpu(q.size()),
+        out_gpu(q.size());
+    for (auto* vec : {&pool, &q, &k, &v})
+      for (float& x : *vec) x = u(rng);
+    const std::vector<uint64_t> ids = Shuffled(pages, 7);
+    std::vector<const void*> host_pages;
+    for (uint64_t id : ids) host_pages.push_back(pool.data() + id * (g.page_bytes() / 4));
+    const AttentionShape shape{sh.hq, sh.hkv, sh.dim, 0};
+    const PrefixPages prefix{g, 0, sh.prefix};
+    const auto t0 = std::chrono::steady_clock::now();
+    BENCH_CHECK(AttentionPrefixSuffix(
+        shape, prefix, host_pages,
+        AttentionIo{q.data(), sh.suffix, k.data(), v.data(), sh.suffix, out_cpu.data()}));
+    const double cpu_ms = std::chrono::duration<double, std::milli>(
+                              std::chrono::steady_clock::now() - t0).count();
+    auto up = [](const void* p, size_t bytes) {
+      auto b = CudaKernelBuffer::Create(bytes);
+      BENCH_CHECK(b.status());
+      BENCH_CHECK(b->CopyFromHost(p, bytes));
+      return std::move(*b);
+    };
+    CudaKernelBuffer d_pool = up(pool.data(), pool.size() * 4),
+                     d_ids = up(ids.data(), ids.size() * 8),
+                     d_q = up(q.data(), q.size() * 4), d_k = up(k.data(), k.size() * 4),
+                     d_v = up(v.data(), v.size() * 4), d_out = up(out_gpu.data(), out_gpu.size() * 4);
+    const AttentionIo io{d_q.as<float>(), sh.suffix, d_k.as<float>(), d_v.as<float>(),
+                         sh.suffix, d_out.as<float>()};
+    const double gpu_ms = TimeMs(s, quick ? 3 : 10, [&] {
+      return AttentionPrefixSuffixCuda(shape, prefix, d_pool.get(),
+                                       d_ids.as<uint64_t>(), io, s);
+    });
+    BENCH_CHECK(d_out.CopyToHost(out_gpu.data(), out_gpu.size() * 4));
+    float diff = 0;
+    for (size_t i = 0; i < q.size(); ++i)
+      diff = std::max(diff, std::fabs(out_cpu[i] - out_gpu[i]));
+    const double flops = AttentionFlops(shape, sh.prefix, sh.suffix, sh.suffix);
+    std::printf(
+        "{\"bench\":\"attention\",\"shape\":\"%s\",\"q_heads\":%u,"
+        "\"kv_heads\":%u,\"head_dim\":%u,\"prefix\":%u,\"suffix\":%u,"
+        "\"gpu_ms\":%.4f,\"cpu_ms\":%.3f,\"speedup_vs_cpu\":%.1f,"
+        "\"gpu_tflops\":%.3f,\"max_abs_diff\":%.3g}\n",
+        sh.name, sh.hq, sh.hkv, sh.dim, sh.prefix, sh.suffix, gpu_ms, cpu_ms,
+        cpu_ms / gpu_ms, flops / (gpu_ms * 1e-3) / 1e12, diff);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+}  // namespace radixkv::gpu
+
+int main(int argc, char** argv) {
+  using namespace radixkv::gpu;
+  bool quick = false;
+  double peak = 4800;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a.rfind("--peak_gbps=", 0) == 0) {
+      peak = std::atof(a.c_str() + 12);
+      if (!(peak > 0)) {
+        std::fprintf(stderr, "gpu_bench: --peak_gbps must be > 0\n");
+        return 3;
+      }
+    } else {
+      std::fprintf(stderr, "usage: gpu_bench [--quick] [--peak_gbps=N]\n");
+      return 3;
+    }
+  }
+  if (CudaKernelDeviceCount() == 0) {
+    std::printf("{\"bench\":\"gpu_bench\",\"skipped\":\"no usable CUDA device\"}\n");
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+    std::printf("{\"bench\":\"device\",\"name\":\"%s\",\"sms\":%d,"
+                "\"memory_gib\":%.1f,\"quick\":%s}\n",
+                prop.name, prop.multiProcessorCount,
+                prop.totalGlobalMem / double(1ull << 30), quick ? "true" : "false");
+  }
+  Stream stream;
+  BenchCopyPages(stream.get(), quick, peak);
+  BenchOffload(stream.get(), quick);
+  BenchWriteKv(stream.get(), quick);
+  BenchAttention(stream.get(), quick);
+  return 0;
+}
