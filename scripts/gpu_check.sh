@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh: the project's prepared GPU check, one script for a
+# machine with an NVIDIA GPU (written for an H200 with 16 cores; total well
+# under 8 minutes there).
+#
+#   1. configure a CUDA build (sm_90) in $BUILD (default build-gpu-check,
+#      type $BUILD_TYPE, default Release)
+#   2. build only the GPU-relevant targets with -j$JOBS (default 16)
+#   3. ctest -L gpu --output-on-failure (CUDA kernels vs the CPU oracles,
+#      CUDA model vs CPU model, cuda pool export/import), plus the CPU
+#      attention oracle against its double-precision reference
+#   4. gpu_bench (copy_pages / offload / write_kv / attention, JSON lines)
+#   5. radixkv-worker bench --device cuda for the small and base models with
+#      ~90 % of the prompt cached (and the CPU for comparison)
+#
+# Everything goes to stdout and, when $OUT is set, to $OUT/gpu_check.log.
+# Exit status: non-zero when the build or a gpu test fails (or a bench
+# errors); 0 otherwise. Without a usable GPU the tests skip, the benches exit
+# 77, the script says so and exits 0.
+set -u -o pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${BUILD:-$ROOT/build-gpu-check}"
+JOBS="${JOBS:-16}"
+BUILD_TYPE="${BUILD_TYPE:-Release}"
+if [[ -n "${OUT:-}" ]]; then
+  mkdir -p "$OUT"
+  exec > >(tee "$OUT/gpu_check.log") 2>&1
+fi
+
+status=0
+no_gpu=0
+section() { printf '\n=== %s (%s) ===\n' "$1" "$(date +%H:%M:%S)"; }
+fail() { echo "gpu_check: FAIL: $*"; status=1; }
+
+section "machine"
+uname -srm
+nproc
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory \
+    --format=csv || true
+else
+  echo "nvidia-smi: not found"
+fi
+NVCC=/usr/local/cuda/bin/nvcc
+[[ -x "$NVCC" ]] || NVCC="$(command -v nvcc || true)"
+if [[ -z "$NVCC" ]]; then
+  echo "gpu_check: FAIL: nvcc not found (CUDA toolkit missing); cannot build the CUDA targets"
+  exit 1
+fi
+"$NVCC" --version | tail -2
+
+section "configure ($BUILD)"
+GEN=()
+command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+if ! cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
+     -DRADIXKV_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+     -DCMAKE_CUDA_COMPILER="$NVCC" -DRADIXKV_BUILD_BENCH=ON \
+     -DRADIXKV_BUILD_TESTS=ON >"$BUILD.configure.log" 2>&1; then
+  tail -40 "$BUILD.configure.log"
+  echo "gpu_check: FAIL: configure failed"
+  exit 1
+fi
+grep -E "radixkv: CUDA kernels" "$BUILD.configure.log" || true
+if ! grep -q "radixkv: CUDA kernels ON" "$BUILD.configure.log"; then
+  echo "gpu_check: FAIL: the build did not enable CUDA"
+  exit 1
+fi
+
+section "build (GPU-relevant targets, -j$JOBS)"
+WANT=(radixkv_gpu radixkv_worker radixkv-worker kernels_cuda_test
+      model_cuda_test radixkv_cuda_pool_test attention_cpu_test gpu_bench)
+AVAILABLE="$(cmake --build "$BUILD" --target help 2>/dev/null)"
+TARGETS=()
+for t in "${WANT[@]}"; do
+  if grep -qE "(^|[ :.])${t}([: ]|$)" <<<"$AVAILABLE"; then
+    TARGETS+=("$t")
+  else
+    echo "note: target $t is not defined in this tree; skipped"
+  fi
+done
+t0=$SECONDS
+if ! cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}"; then
+  echo "gpu_check: FAIL: build failed"
+  exit 1
+fi
+echo "build: $((SECONDS - t0)) s"
+
+section "ctest -L gpu"
+# Each binary runs on its own to keep the GPU free of contention.
+if ! (cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 300); then
+  fail "a gpu test failed"
+fi
+
+section "attention CPU oracle vs double reference"
+if [[ -x "$BUILD/tests/gpu/attention_cpu_test" ]]; then
+  "$BUILD/tests/gpu/attention_cpu_test" --gtest_brief=1 || fail "attention_cpu_test"
+fi
+
+section "gpu_bench"
+GPU_BENCH="$BUILD/bench/gpu/gpu_bench"
+if [[ -x "$GPU_BENCH" ]]; then
+  timeout 240 "$GPU_BENCH"
+  rc=$?
+  if [[ $rc -eq 77 ]]; then
+    no_gpu=1
+    echo "gpu_bench: no usable CUDA device (exit 77)"
+  elif [[ $rc -ne 0 ]]; then
+    fail "gpu_bench exited $rc"
+  fi
+else
+  fail "gpu_bench was not built"
+fi
+
+section "radixkv-worker bench (~90 % of the prompt cached)"
+WORKER="$BUILD/client/worker/radixkv-worker"
+if [[ ! -x "$WORKER" ]]; then
+  fail "radixkv-worker was not built"
+elif [[ $no_gpu -eq 1 ]]; then
+  echo "skipped --device cuda: no usable CUDA device"
+  timeout 120 "$WORKER" bench --device cpu --model small --prefix-tokens 1856 \
+    --suffix-tokens 192 --repeat 1 || fail "worker bench (cpu, small)"
+else
+  for model in small base; do
+    timeout 120 "$WORKER" bench --device cuda --model "$model" \
+      --prefix-tokens 1856 --suffix-tokens 192 --repeat 5 ||
+      fail "worker bench (cuda, $model)"
+  done
+  # A longer prompt, where the GPU has enough work per GEMM.
+  timeout 120 "$WORKER" bench --device cuda --model base --prefix-tokens 7360 \
+    --suffix-tokens 832 --repeat 3 || fail "worker bench (cuda, base, 8k)"
+  # The CPU on the same machine, for comparison.
+  timeout 120 "$WORKER" bench --device cpu --model base --prefix-tokens 1856 \
+    --suffix-tokens 192 --repeat 3 || fail "worker bench (cpu, base)"
+fi
+
+section "summary"
+if [[ $no_gpu -eq 1 ]]; then
+  echo "gpu_check: no usable GPU here: gpu tests skipped, gpu benches exited 77"
+fi
+if [[ $status -eq 0 ]]; then
+  echo "gpu_check: OK (${SECONDS} s)"
+else
+  echo "gpu_check: FAILED (${SECONDS} s)"
+fi
+exit $status
