@@ -98,6 +98,17 @@ absl::Status CudaModel::Available() {
 CudaModel::CudaModel(std::unique_ptr<State> state) : state_(std::move(state)) {}
 CudaModel::~CudaModel() = default;
 
+absl::StatusOr<std::shared_ptr<uint8_t>> CudaModel::AllocateDeviceBytes(
+    size_t bytes) {
+  if (gpu::CudaKernelDeviceCount() == 0) {
+    return absl::FailedPreconditionError("cuda: no usable CUDA device");
+  }
+  ASSIGN_OR_RETURN(gpu::CudaKernelBuffer b, gpu::CudaKernelBuffer::Create(bytes));
+  auto* owner = new gpu::CudaKernelBuffer(std::move(b));
+  return std::shared_ptr<uint8_t>(owner->as<uint8_t>(),
+                                  [owner](uint8_t*) { delete owner; });
+}
+
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model) {
   RETURN_IF_ERROR(Available());
   auto st = std::make_unique<State>();
@@ -371,6 +382,9 @@ absl::Status CudaModel::Available() {
 CudaModel::CudaModel(std::unique_ptr<State> state) : state_(std::move(state)) {}
 CudaModel::~CudaModel() = default;
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model&) {
+  return Available();
+}
+absl::StatusOr<std::shared_ptr<uint8_t>> CudaModel::AllocateDeviceBytes(size_t) {
   return Available();
 }
 absl::StatusOr<std::vector<float>> CudaModel::Forward(const PrefixView&,

@@ -49,6 +49,12 @@ class CudaModel {
   // FAILED_PRECONDITION saying which is missing otherwise.
   static absl::Status Available();
 
+  // `bytes` of zeroed device memory, freed when the last owner lets go (for
+  // a device-resident page pool). FAILED_PRECONDITION without CUDA;
+  // INTERNAL when the allocation fails.
+  static absl::StatusOr<std::shared_ptr<uint8_t>> AllocateDeviceBytes(
+      size_t bytes);
+
   // Uploads `model`'s weights and creates the stream and cuBLAS handle.
   // FAILED_PRECONDITION when !Available(); INTERNAL on a CUDA error.
   static absl::StatusOr<std::unique_ptr<CudaModel>> Create(const Model& model);

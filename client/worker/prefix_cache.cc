@@ -1,5 +1,7 @@
 #include "client/worker/prefix_cache.h"
 
+#include "client/worker/cuda_model.h"
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -51,8 +53,12 @@ class LocalPrefixCache;
 class LocalLease final : public CacheLease {
  public:
   LocalLease(RadixTree* tree, uint8_t* pool, uint64_t page_bytes,
-             AcquireResult result)
-      : tree_(tree), pool_(pool), page_bytes_(page_bytes), r_(std::move(result)) {}
+             bool device, AcquireResult result)
+      : tree_(tree),
+        pool_(pool),
+        page_bytes_(page_bytes),
+        device_(device),
+        r_(std::move(result)) {}
   ~LocalLease() override { (void)Release(); }
 
   uint32_t matched_blocks() const override { return r_.matched_blocks; }
@@ -61,6 +67,7 @@ class LocalLease final : public CacheLease {
     if (i >= r_.pages.size()) return nullptr;
     return pool_ + uint64_t{r_.pages[i]} * page_bytes_;
   }
+  bool device_pages() const override { return device_; }
   absl::Status Commit(uint32_t blocks, bool release) override {
     if (r_.lease == 0) {
       if (blocks == 0) return absl::OkStatus();
@@ -80,17 +87,22 @@ class LocalLease final : public CacheLease {
   RadixTree* tree_;
   uint8_t* pool_;
   uint64_t page_bytes_;
+  bool device_;
   AcquireResult r_;
 };
 
 class LocalPrefixCache final : public PrefixCache {
  public:
-  LocalPrefixCache(const NamespaceSpec& ns, uint32_t capacity_pages)
+  // `device_pool`: the pages live in this device allocation instead of
+  // host memory.
+  LocalPrefixCache(const NamespaceSpec& ns, uint32_t capacity_pages,
+                   std::shared_ptr<uint8_t> device_pool)
       : ns_(ns),
         page_bytes_(ns.PageBytes()),
         tree_(RadixTreeOptions{.capacity_pages = capacity_pages,
                                .max_page_size = ns.page_size}),
-        pool_(page_bytes_ * capacity_pages) {}
+        pool_(device_pool ? 0 : page_bytes_ * capacity_pages),
+        device_pool_(std::move(device_pool)) {}
 
   absl::Status Init() {
     ASSIGN_OR_RETURN(ns_id_, tree_.RegisterNamespace(ns_));
@@ -108,11 +120,14 @@ class LocalPrefixCache final : public PrefixCache {
     req.tokens = tokens.subspan(0, keys.size() * ns_.page_size);
     req.allocate = allocate;
     ASSIGN_OR_RETURN(AcquireResult r, tree_.Acquire(req));
+    const bool device = device_pool_ != nullptr;
     return std::unique_ptr<CacheLease>(
-        new LocalLease(&tree_, pool_.data(), page_bytes_, std::move(r)));
+        new LocalLease(&tree_, device ? device_pool_.get() : pool_.data(),
+                       page_bytes_, device, std::move(r)));
   }
   std::string Describe() const override {
-    return absl::StrCat("local (", tree_.GetStats().capacity_pages, " pages)");
+    return absl::StrCat("local (", tree_.GetStats().capacity_pages, " pages",
+                        device_pool_ ? ", device" : "", ")");
   }
 
  private:
@@ -120,6 +135,7 @@ class LocalPrefixCache final : public PrefixCache {
   const uint64_t page_bytes_;
   RadixTree tree_;
   std::vector<uint8_t> pool_;
+  std::shared_ptr<uint8_t> device_pool_;  // set: pages in device memory
   NamespaceId ns_id_ = 0;
   BlockKey root_;
 };
@@ -206,7 +222,7 @@ std::unique_ptr<PrefixCache> NewNoPrefixCache() {
 }
 
 absl::StatusOr<std::unique_ptr<PrefixCache>> NewLocalPrefixCache(
-    const NamespaceSpec& ns, uint32_t capacity_pages) {
+    const NamespaceSpec& ns, uint32_t capacity_pages, bool device_pages) {
   if (ns.PageBytes() == 0) {
     return absl::InvalidArgumentError(
         "namespace layout incomplete: page bytes would be 0");
@@ -214,7 +230,13 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> NewLocalPrefixCache(
   if (capacity_pages == 0) {
     return absl::InvalidArgumentError("capacity_pages must be > 0");
   }
-  auto cache = std::make_unique<LocalPrefixCache>(ns, capacity_pages);
+  std::shared_ptr<uint8_t> device_pool;
+  if (device_pages) {
+    ASSIGN_OR_RETURN(device_pool, CudaModel::AllocateDeviceBytes(
+                                      ns.PageBytes() * capacity_pages));
+  }
+  auto cache = std::make_unique<LocalPrefixCache>(ns, capacity_pages,
+                                                  std::move(device_pool));
   RETURN_IF_ERROR(cache->Init());
   return std::unique_ptr<PrefixCache>(std::move(cache));
 }

@@ -89,9 +89,11 @@ std::unique_ptr<PrefixCache> NewNoPrefixCache();
 // In-process cache of `capacity_pages` pages for namespace `ns` (page bytes
 // from ns.PageBytes()). Thread-safe (the tree locks internally; page memory
 // is handed out under the lease protocol). INVALID_ARGUMENT for an
-// incomplete layout or zero capacity.
+// incomplete layout or zero capacity. With `device_pages` the pages are
+// device memory (leases report device_pages(); for a Model on CUDA);
+// FAILED_PRECONDITION when no CUDA device is usable.
 absl::StatusOr<std::unique_ptr<PrefixCache>> NewLocalPrefixCache(
-    const NamespaceSpec& ns, uint32_t capacity_pages);
+    const NamespaceSpec& ns, uint32_t capacity_pages, bool device_pages = false);
 
 // Daemon-backed cache over a connected (or still connecting) client created
 // with attach_pool = true and the model's namespace. The client is borrowed

@@ -62,7 +62,8 @@ constexpr char kUsage[] =
     "      --json                one JSON object per prompt\n"
     "  radixkv-worker bench [flags]\n"
     "      Time to first token of one prompt uncached vs with its first P\n"
-    "      tokens cached (in-process cache); prints one JSON object.\n"
+    "      tokens cached (in-process cache, in device memory on cuda);\n"
+    "      prints one JSON object.\n"
     "      --prefix-tokens=P (default 1856)  --suffix-tokens=S (default 192)\n"
     "      --repeat=R  best of R timed runs each (default 5)\n"
     "  Model flags (both commands):\n"
@@ -338,7 +339,8 @@ int BenchCommand(Flags& f) {
   std::unique_ptr<PrefixCache> none = NewNoPrefixCache();
   const uint32_t capacity = (n + config->page_size - 1) / config->page_size + 8;
   absl::StatusOr<std::unique_ptr<PrefixCache>> local =
-      NewLocalPrefixCache(config->Namespace(), capacity);
+      NewLocalPrefixCache(config->Namespace(), capacity,
+                          /*device_pages=*/(*model)->on_cuda());
   if (!local.ok()) return Fail(local.status());
   Engine uncached(model->get(), none.get());
   Engine cached(model->get(), local->get());

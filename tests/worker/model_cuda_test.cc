@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "client/worker/cuda_model.h"
+#include "client/worker/engine.h"
+#include "client/worker/prefix_cache.h"
 #include "client/worker/model.h"
 #include "gpu/cuda_kernels_util.h"
 #include "gpu/kv_ops.h"
@@ -184,6 +186,28 @@ TEST_P(ModelCudaTest, WriteKvToDevicePagesMatchesTheHostCopy) {
   // The CPU path cannot write device pages.
   EXPECT_EQ(cpu_->WriteKvToDevicePages(local, 0, pages).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(ModelCudaTest, EngineOverADevicePoolMatchesAFullCpuPrefill) {
+  // The first run writes its blocks into device pages (write_kv on the
+  // device, stream sync, Commit); the second reads them in place.
+  const ModelConfig& c = cuda_->config();
+  auto device_cache = NewLocalPrefixCache(c.Namespace(), 64, /*device_pages=*/true);
+  ASSERT_TRUE(device_cache.ok()) << device_cache.status();
+  std::unique_ptr<PrefixCache> none = NewNoPrefixCache();
+  const Engine gpu_engine(cuda_.get(), device_cache->get());
+  const Engine cpu_engine(cpu_.get(), none.get());
+  RunOptions options;
+  options.decode_tokens = 6;
+  const auto prompt = Prompt(5 * c.page_size + 3, 512, 9);
+  auto want = cpu_engine.Run(prompt, options);
+  auto first = gpu_engine.Run(prompt, options);
+  auto second = gpu_engine.Run(prompt, options);
+  ASSERT_TRUE(want.ok() && first.ok() && second.ok());
+  EXPECT_EQ(first->committed_blocks, 5u);
+  EXPECT_EQ(second->matched_tokens, 5 * c.page_size);
+  EXPECT_LE(MaxAbsDiff(second->first_logits, want->first_logits), kTolerance);
+  EXPECT_EQ(second->generated, want->generated);
 }
 
 INSTANTIATE_TEST_SUITE_P(GqaRatios, ModelCudaTest, ::testing::Values(1u, 2u, 4u),
