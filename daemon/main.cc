@@ -1,14 +1,18 @@
 // radixkvd: the radixkv daemon. Parses flags, starts a Server, prints where
 // it listens, and drains on SIGTERM/SIGINT (exit 0). See docs/OPERATIONS.md.
+#include <grp.h>
 #include <signal.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "daemon/log.h"
@@ -45,11 +49,35 @@ ABSL_FLAG(uint64_t, event_buffer, 65536,
           "events kept for WatchEvents consumers (older ones become gaps)");
 ABSL_FLAG(bool, allow_key_mode, false,
           "accept block_keys instead of tokens (hits cannot be verified)");
+ABSL_FLAG(std::vector<std::string>, attach_allowed_gids, {},
+          "groups (names or numeric gids) whose members may also attach to "
+          "the pool, besides the daemon's own uid and root");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "on SIGTERM/SIGINT, how long in-flight calls may finish");
 
 namespace {
+
+// Resolves --attach_allowed_gids entries (group names or numbers) to gids.
+absl::StatusOr<std::vector<gid_t>> ResolveGroups(
+    const std::vector<std::string>& groups) {
+  std::vector<gid_t> gids;
+  for (const std::string& g : groups) {
+    if (g.empty()) continue;
+    uint32_t id = 0;
+    if (absl::SimpleAtoi(g, &id)) {
+      gids.push_back(static_cast<gid_t>(id));
+      continue;
+    }
+    const struct group* gr = getgrnam(g.c_str());
+    if (gr == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--attach_allowed_gids: unknown group '", g, "'"));
+    }
+    gids.push_back(gr->gr_gid);
+  }
+  return gids;
+}
 
 void Print(const std::string& line) {
   std::fputs(line.c_str(), stdout);
@@ -101,6 +129,14 @@ int main(int argc, char** argv) {
   o.cache.sessions.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   o.cache.sessions.max_leases_per_session =
       absl::GetFlag(FLAGS_max_leases_per_session);
+
+  auto gids = ResolveGroups(absl::GetFlag(FLAGS_attach_allowed_gids));
+  if (!gids.ok()) {
+    std::fprintf(stderr, "radixkvd: %s\n",
+                 std::string(gids.status().message()).c_str());
+    return 2;
+  }
+  o.attach_allowed_gids = *std::move(gids);
 
   auto server = radixkv::daemon::Server::Start(o);
   if (!server.ok()) {

@@ -23,9 +23,6 @@
 #ifdef RADIXKV_HAVE_HEALTH_PROTO
 #include "grpc/health/v1/health.pb.h"
 #endif
-#ifdef RADIXKV_HAVE_ATTACH_SERVER
-#include "daemon/attach_server.h"
-#endif
 
 namespace radixkv::daemon {
 namespace {
@@ -144,12 +141,10 @@ absl::Status Server::Init() {
   }
   CacheOptions copts = options_.cache;
   copts.pool = *pool;
-#ifdef RADIXKV_HAVE_ATTACH_SERVER
   if (options_.attach && !options_.socket_path.empty() &&
       pool->backend != gpu::Backend::kNone) {
     attach_path_ = AttachSocketPathFor(options_.socket_path);
   }
-#endif
   copts.attach_socket = attach_path_;
   cache_ = std::make_unique<Cache>(copts);
 
@@ -214,18 +209,16 @@ absl::Status Server::Init() {
     return absl::InternalError(absl::StrCat(
         "--socket ", options_.socket_path, ": chmod 0660: ", ErrnoText(errno)));
   }
-#ifdef RADIXKV_HAVE_ATTACH_SERVER
   if (!attach_path_.empty()) {
     AttachServer::Options aopts;
     aopts.path = attach_path_;
+    aopts.allowed_gids = options_.attach_allowed_gids;
     Cache* cache = cache_.get();
-    ASSIGN_OR_RETURN(std::unique_ptr<AttachServer> attach,
+    ASSIGN_OR_RETURN(attach_server_,
                      AttachServer::Start(aopts, [cache](absl::string_view id) {
                        return cache->PoolForSession(id);
                      }));
-    attach_server_ = std::shared_ptr<AttachServer>(std::move(attach));
   }
-#endif
   return absl::OkStatus();
 }
 

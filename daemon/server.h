@@ -22,12 +22,16 @@
 #ifndef RADIXKV_DAEMON_SERVER_H_
 #define RADIXKV_DAEMON_SERVER_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/attach_server.h"
 #include "daemon/cache.h"
 #include "daemon/metrics.h"
 
@@ -49,9 +53,11 @@ struct ServerOptions {
   std::string metrics_listen;
   // --pool: "host,bytes=1GiB" | "cuda,device=0,bytes=60GiB" | "none,pages=N".
   std::string pool = "host,bytes=1GiB";
-  // Serve the attach socket beside socket_path (host/cuda pools, when built
-  // with the attach server).
+  // Serve the attach socket beside socket_path (host/cuda pools).
   bool attach = true;
+  // Besides peers with the daemon's own uid (and root), let peers whose
+  // primary gid is one of these attach (--attach_allowed_gids).
+  std::vector<gid_t> attach_allowed_gids;
   // Limits, lease TTL, key mode, event buffer (cache.pool and
   // cache.attach_socket are filled by Start).
   CacheOptions cache;
@@ -108,8 +114,7 @@ class Server {
   std::unique_ptr<KvService> kv_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  // Type-erased attach server (daemon/attach_server.h, when built).
-  std::shared_ptr<void> attach_server_;
+  std::unique_ptr<AttachServer> attach_server_;
 };
 
 }  // namespace radixkv::daemon
