@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # tests and tools: promtool, python (vectors, simulation), redis + h2load (benchmarks)
   prometheus python3 python3-grpcio python3-protobuf python3-xxhash
-  redis-server redis-tools nghttp2-client curl procps
+  redis-server redis-tools nghttp2-client curl procps valgrind
 )
 
 # buf (a generic gRPC client: `buf curl`) comes from npm; the reflection test
