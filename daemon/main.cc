@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
@@ -93,6 +94,10 @@ int main(int argc, char** argv) {
       "  radixkvd [--socket=PATH] [--listen_tcp=HOST:PORT] "
       "[--metrics_listen=HOST:PORT] [--pool=SPEC] ...");
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil checks every Mutex acquisition for lock-order cycles, and
+  // gRPC's own mutexes are Abseil mutexes too, so this costs every RPC about
+  // 8k instructions (docs/BENCHMARKS.md §5). Tests keep the check on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using radixkv::daemon::Log;
   using radixkv::daemon::LogLevel;
 
