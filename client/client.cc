@@ -1,5 +1,7 @@
 #include "client/client.h"
 
+#include <bit>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,6 +33,42 @@ bool IsCallerError(const absl::Status& s) {
   return s.code() == absl::StatusCode::kInvalidArgument ||
          s.code() == absl::StatusCode::kFailedPrecondition ||
          s.code() == absl::StatusCode::kOutOfRange;
+}
+
+// Puts `tokens` into a request (AcquireRequest or MatchRequest): as
+// little-endian u32 bytes in tokens_le, or as repeated uint32 tokens.
+template <typename Request>
+void SetPromptTokens(absl::Span<const uint32_t> tokens, bool legacy,
+                     Request* req) {
+  if (legacy) {
+    req->mutable_tokens()->Add(tokens.begin(), tokens.end());
+    return;
+  }
+  std::string* le = req->mutable_tokens_le();
+  le->resize(tokens.size() * sizeof(uint32_t));
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!tokens.empty()) std::memcpy(le->data(), tokens.data(), le->size());
+  } else {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const uint32_t v = __builtin_bswap32(tokens[i]);
+      std::memcpy(le->data() + i * sizeof(v), &v, sizeof(v));
+    }
+  }
+}
+
+// Puts `keys` into a request: concatenated canonical forms in
+// block_keys_packed, or one repeated block_keys entry each.
+template <typename Request>
+void SetPromptKeys(absl::Span<const BlockKey> keys, bool legacy, Request* req) {
+  if (legacy) {
+    for (const BlockKey& k : keys) req->add_block_keys(k.ToCanonical());
+    return;
+  }
+  std::string* packed = req->mutable_block_keys_packed();
+  packed->resize(keys.size() * BlockKey::kBytes);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i].ToCanonical(packed->data() + i * BlockKey::kBytes);
+  }
 }
 
 }  // namespace
@@ -276,7 +314,7 @@ absl::StatusOr<Lease> Client::Acquire(absl::Span<const uint32_t> tokens,
     return absl::InvalidArgumentError("tokens: must hold at least 1 token");
   }
   v1::AcquireRequest req;
-  req.mutable_tokens()->Add(tokens.begin(), tokens.end());
+  SetPromptTokens(tokens, options_.legacy_prompt_fields, &req);
   req.set_allocate(options.allocate);
   req.set_max_new_blocks(options.max_new_blocks);
   return AcquireImpl(std::move(req), tokens.size() / options_.ns.page_size);
@@ -288,7 +326,7 @@ absl::StatusOr<Lease> Client::AcquireKeys(absl::Span<const BlockKey> keys,
     return absl::InvalidArgumentError("block_keys: must hold at least 1 key");
   }
   v1::AcquireRequest req;
-  for (const BlockKey& k : keys) req.add_block_keys(k.ToCanonical());
+  SetPromptKeys(keys, options_.legacy_prompt_fields, &req);
   req.set_allocate(options.allocate);
   req.set_max_new_blocks(options.max_new_blocks);
   return AcquireImpl(std::move(req), keys.size());
@@ -341,7 +379,7 @@ absl::StatusOr<v1::MatchResponse> Client::Match(
     absl::Span<const uint32_t> tokens) {
   v1::MatchRequest req;
   *req.mutable_namespace_() = ToProto(options_.ns);
-  req.mutable_tokens()->Add(tokens.begin(), tokens.end());
+  SetPromptTokens(tokens, options_.legacy_prompt_fields, &req);
   v1::MatchResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.call_timeout);
@@ -353,7 +391,7 @@ absl::StatusOr<v1::MatchResponse> Client::MatchKeys(
     absl::Span<const BlockKey> keys) {
   v1::MatchRequest req;
   *req.mutable_namespace_() = ToProto(options_.ns);
-  for (const BlockKey& k : keys) req.add_block_keys(k.ToCanonical());
+  SetPromptKeys(keys, options_.legacy_prompt_fields, &req);
   v1::MatchResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_.call_timeout);

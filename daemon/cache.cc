@@ -1,6 +1,9 @@
 #include "daemon/cache.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -10,6 +13,11 @@
 
 namespace radixkv::daemon {
 namespace {
+
+// tokens_le is read in place as host u32 values; a big-endian host would have
+// to byte-swap into a copy instead.
+static_assert(std::endian::native == std::endian::little,
+              "radixkvd reads tokens_le in place: little-endian hosts only");
 
 // Largest page a layout may describe; anything above is surely a typo.
 constexpr unsigned __int128 kMaxPageBytes = uint64_t{1} << 40;
@@ -153,61 +161,115 @@ absl::StatusOr<NamespaceSpec> Cache::ValidateNamespace(
   return spec;
 }
 
-absl::StatusOr<Cache::Prompt> Cache::ValidatePrompt(
-    const google::protobuf::RepeatedField<uint32_t>& tokens,
-    const google::protobuf::RepeatedPtrField<std::string>& block_keys,
-    uint32_t page_size) const {
+absl::StatusOr<Cache::Prompt> Cache::ValidatePrompt(const PromptFields& f,
+                                                    uint32_t page_size) const {
   const uint32_t max_tokens = options_.max_prompt_tokens;
-  if (!tokens.empty() && !block_keys.empty()) {
+  const int forms = int{!f.tokens.empty()} + int{!f.tokens_le.empty()} +
+                    int{!f.block_keys.empty()} +
+                    int{!f.block_keys_packed.empty()};
+  if (forms > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tokens, block_keys: set exactly one (got ", tokens.size(),
-        " tokens and ", block_keys.size(), " block_keys)"));
+        "tokens, tokens_le, block_keys, block_keys_packed: set exactly one "
+        "(got ", f.tokens.size(), " tokens, ", f.tokens_le.size(),
+        " bytes of tokens_le, ", f.block_keys.size(), " block_keys and ",
+        f.block_keys_packed.size(), " bytes of block_keys_packed)"));
   }
   Prompt p;
-  if (!block_keys.empty()) {
+  if (!f.block_keys.empty() || !f.block_keys_packed.empty()) {
+    const bool packed = !f.block_keys_packed.empty();
+    const char* field = packed ? "block_keys_packed" : "block_keys";
     if (!options_.allow_key_mode) {
-      return absl::FailedPreconditionError(
-          "block_keys: key mode is disabled on this daemon (unverifiable "
-          "hits); send tokens, or start radixkvd with --allow_key_mode");
+      return absl::FailedPreconditionError(absl::StrCat(
+          field, ": key mode is disabled on this daemon (unverifiable hits); "
+          "send tokens, or start radixkvd with --allow_key_mode"));
     }
-    const uint32_t max_keys = std::max<uint32_t>(1, max_tokens / page_size);
-    if (static_cast<uint64_t>(block_keys.size()) > max_keys) {
+    if (packed && f.block_keys_packed.size() % BlockKey::kBytes != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "block_keys: ", block_keys.size(), " keys exceed the limit ",
-          max_keys, " (--max_prompt_tokens=", max_tokens, " / page_size ",
-          page_size, ")"));
+          "block_keys_packed: ", f.block_keys_packed.size(),
+          " bytes is not a multiple of ", BlockKey::kBytes,
+          " (one 16-byte key per block)"));
+    }
+    const uint64_t count = packed ? f.block_keys_packed.size() / BlockKey::kBytes
+                                  : static_cast<uint64_t>(f.block_keys.size());
+    const uint32_t max_keys = std::max<uint32_t>(1, max_tokens / page_size);
+    if (count > max_keys) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": ", count, " keys exceed the limit ", max_keys,
+          " (--max_prompt_tokens=", max_tokens, " / page_size ", page_size,
+          ")"));
+    }
+    // Reused per thread: key mode then allocates nothing once warm. Its
+    // size is bounded by max_keys.
+    thread_local std::vector<BlockKey> scratch;
+    scratch.clear();
+    scratch.reserve(count);
+    if (packed) {
+      const char* data = f.block_keys_packed.data();
+      for (uint64_t i = 0; i < count; ++i) {
+        scratch.push_back(BlockKey::FromCanonical(
+            absl::string_view(data + i * BlockKey::kBytes, BlockKey::kBytes)));
+      }
+    } else {
+      for (int i = 0; i < f.block_keys.size(); ++i) {
+        const std::string& k = f.block_keys[i];
+        if (k.size() != BlockKey::kBytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "block_keys[", i, "]: ", k.size(),
+              " bytes; a block key is exactly ", BlockKey::kBytes, " bytes"));
+        }
+        scratch.push_back(BlockKey::FromCanonical(k));
+      }
     }
     p.key_mode = true;
-    p.keys.reserve(block_keys.size());
-    for (int i = 0; i < block_keys.size(); ++i) {
-      const std::string& k = block_keys[i];
-      if (k.size() != BlockKey::kBytes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "block_keys[", i, "]: ", k.size(), " bytes; a block key is exactly ",
-            BlockKey::kBytes, " bytes"));
-      }
-      p.keys.push_back(BlockKey::FromCanonical(k));
+    p.keys = scratch;
+    return p;
+  }
+  if (!f.tokens_le.empty()) {
+    const std::string& le = f.tokens_le;
+    if (le.size() % sizeof(uint32_t) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokens_le: ", le.size(),
+          " bytes is not a multiple of 4 (little-endian u32 token ids)"));
+    }
+    const size_t n = le.size() / sizeof(uint32_t);
+    if (n > max_tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokens_le: ", n,
+                       " ids exceed the limit --max_prompt_tokens=", max_tokens));
+    }
+    // The wire form is the host's form (little-endian, asserted above), so
+    // the ids are used in place when the bytes are aligned, which protobuf's
+    // string storage is in practice; otherwise they are copied once.
+    if (reinterpret_cast<uintptr_t>(le.data()) % alignof(uint32_t) == 0) {
+      p.tokens = absl::MakeConstSpan(
+          reinterpret_cast<const uint32_t*>(le.data()), n);
+    } else {
+      p.tokens_copy.resize(n);
+      std::memcpy(p.tokens_copy.data(), le.data(), le.size());
+      p.tokens = p.tokens_copy;
     }
     return p;
   }
-  if (tokens.empty()) {
+  if (f.tokens.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tokens: empty; send 1..", max_tokens,
-        " token ids (--max_prompt_tokens)"));
+        " token ids (--max_prompt_tokens) in tokens or tokens_le"));
   }
-  if (static_cast<uint64_t>(tokens.size()) > max_tokens) {
+  if (static_cast<uint64_t>(f.tokens.size()) > max_tokens) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tokens: ", tokens.size(),
+        absl::StrCat("tokens: ", f.tokens.size(),
                      " ids exceed the limit --max_prompt_tokens=", max_tokens));
   }
-  p.tokens.assign(tokens.begin(), tokens.end());
+  p.tokens = absl::MakeConstSpan(f.tokens.data(),
+                                 static_cast<size_t>(f.tokens.size()));
   return p;
 }
 
 void Cache::ResolveKeys(const BlockKey& root, uint32_t page_size, Prompt* p) {
   if (p->key_mode) return;
-  p->keys = ComputeBlockKeys(root, page_size, p->tokens);
-  p->tokens.resize(p->keys.size() * page_size);
+  p->owned_keys = ComputeBlockKeys(root, page_size, p->tokens);
+  p->keys = p->owned_keys;
+  p->tokens = p->tokens.first(p->owned_keys.size() * page_size);
 }
 
 // ---------------------------------------------------------------------------
@@ -369,7 +431,7 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   ASSIGN_OR_RETURN(SessionBinding b,
                    sessions_.Lookup(req.session_id(), /*need_lease_slot=*/true));
   ASSIGN_OR_RETURN(Prompt p,
-                   ValidatePrompt(req.tokens(), req.block_keys(), b.page_size));
+                   ValidatePrompt(FieldsOf(req), b.page_size));
   ResolveKeys(b.root, b.page_size, &p);  // hashing: no lock held
   RadixTree* t = tree();
   if (t == nullptr) return absl::InternalError("session without a pool");
@@ -433,6 +495,7 @@ absl::Status Cache::Commit(const v1::CommitRequest& req,
   resp->set_deduplicated(r->deduplicated);
   resp->set_collided(r->collided);
   resp->set_released(r->released);
+  resp->mutable_pages()->Reserve(static_cast<int>(r->pages.size()));
   for (PageId page : r->pages) resp->add_pages(page);
   return absl::OkStatus();
 }
@@ -459,11 +522,13 @@ absl::Status Cache::Release(const v1::ReleaseRequest& req) {
 absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) {
   ASSIGN_OR_RETURN(NamespaceSpec spec, ValidateNamespace(req.namespace_()));
   ASSIGN_OR_RETURN(Prompt p,
-                   ValidatePrompt(req.tokens(), req.block_keys(), spec.page_size));
+                   ValidatePrompt(FieldsOf(req), spec.page_size));
   const BlockKey root = NamespaceRoot(spec);
   ResolveKeys(root, spec.page_size, &p);
   resp->Clear();
-  resp->set_namespace_id(root.ToCanonical());
+  char root_bytes[BlockKey::kBytes];
+  root.ToCanonical(root_bytes);
+  resp->set_namespace_id(root_bytes, sizeof(root_bytes));
   resp->set_total_blocks(static_cast<uint32_t>(p.keys.size()));
   NamespaceEntry ns;
   RadixTree* t = tree();
@@ -570,7 +635,7 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
                             v1::ExplainResponse* resp) const {
   ASSIGN_OR_RETURN(NamespaceSpec spec, ValidateNamespace(req.namespace_()));
   ASSIGN_OR_RETURN(Prompt p,
-                   ValidatePrompt(req.tokens(), req.block_keys(), spec.page_size));
+                   ValidatePrompt(FieldsOf(req), spec.page_size));
   const BlockKey root = NamespaceRoot(spec);
   ResolveKeys(root, spec.page_size, &p);
   resp->Clear();

@@ -52,6 +52,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "daemon/event_log.h"
 #include "daemon/session_manager.h"
 #include "gpu/pool.h"
@@ -134,18 +135,41 @@ class Cache {
     NamespaceSpec spec;
     BlockKey root;
   };
-  // A validated prompt: either tokens or keys (key mode).
+  // The four ways a request can carry its prompt (AcquireRequest,
+  // MatchRequest, ExplainRequest); every reference is into the request,
+  // which outlives the call.
+  struct PromptFields {
+    const google::protobuf::RepeatedField<uint32_t>& tokens;
+    const std::string& tokens_le;
+    const google::protobuf::RepeatedPtrField<std::string>& block_keys;
+    const std::string& block_keys_packed;
+  };
+  template <typename Request>
+  static PromptFields FieldsOf(const Request& r) {
+    return PromptFields{r.tokens(), r.tokens_le(), r.block_keys(),
+                        r.block_keys_packed()};
+  }
+  // A validated prompt: either tokens or keys (key mode). Move-only in
+  // effect: `tokens` and `keys` may point into the vectors next to them.
   struct Prompt {
-    std::vector<uint32_t> tokens;  // empty in key mode
-    std::vector<BlockKey> keys;    // filled by Resolve
+    // The token ids: a view into the request (no copy), or into
+    // `tokens_copy` when tokens_le's bytes are not 4-byte aligned. Empty in
+    // key mode.
+    absl::Span<const uint32_t> tokens;
+    std::vector<uint32_t> tokens_copy;
+    // One key per full block (filled by ResolveKeys in token mode). Points
+    // into `owned_keys` or, in key mode, into this thread's scratch vector
+    // (valid until the thread's next ValidatePrompt).
+    absl::Span<const BlockKey> keys;
+    std::vector<BlockKey> owned_keys;
     bool key_mode = false;
   };
 
   absl::StatusOr<NamespaceSpec> ValidateNamespace(const v1::Namespace& ns) const;
-  absl::StatusOr<Prompt> ValidatePrompt(
-      const google::protobuf::RepeatedField<uint32_t>& tokens,
-      const google::protobuf::RepeatedPtrField<std::string>& block_keys,
-      uint32_t page_size) const;
+  // Checks that exactly one prompt form is set and within the limits, and
+  // views it without copying (see Prompt). Errors name the field and limit.
+  absl::StatusOr<Prompt> ValidatePrompt(const PromptFields& f,
+                                        uint32_t page_size) const;
   // Computes the block keys of a tokens prompt (no lock held) and trims the
   // tokens to full blocks.
   static void ResolveKeys(const BlockKey& root, uint32_t page_size, Prompt* p);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "client/status.h"
@@ -241,6 +242,50 @@ TEST_F(ClientTest, StoppedDaemonDegradesAtTheDeadline) {
     if (!recovered) absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_TRUE(recovered);
+}
+
+// The default wire form (tokens_le, block_keys_packed) and the legacy one
+// (repeated tokens / block_keys) name the same blocks and pages.
+TEST_F(ClientTest, PackedAndLegacyPromptFieldsAgree) {
+  auto packed = Connect(Options());
+  ClientOptions lo = Options();
+  lo.legacy_prompt_fields = true;
+  lo.client_name = "client_test_legacy";
+  auto legacy = Connect(lo);
+  ASSERT_NE(packed, nullptr);
+  ASSERT_NE(legacy, nullptr);
+  const std::vector<uint32_t> prompt = Prompt(22, 7);  // 5 full blocks + 2
+  std::vector<uint64_t> committed;
+  {
+    absl::StatusOr<Lease> first = packed->Acquire(prompt);
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_EQ(first->new_blocks(), 5u);
+    absl::StatusOr<v1::CommitResponse> c = first->Commit(5, true);
+    ASSERT_TRUE(c.ok()) << c.status();
+    committed.assign(c->pages().begin(), c->pages().end());
+  }
+  for (Client* c : {legacy.get(), packed.get()}) {
+    absl::StatusOr<Lease> hit = c->Acquire(prompt, {.allocate = false});
+    ASSERT_TRUE(hit.ok()) << hit.status();
+    EXPECT_EQ(hit->matched_blocks(), 5u);
+    EXPECT_EQ(std::vector<uint64_t>(hit->pages().begin(), hit->pages().end()),
+              committed);
+    absl::StatusOr<v1::MatchResponse> m = c->Match(prompt);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->matched_blocks(), 5u);
+  }
+  // Which field each client sends shows in the daemon's refusal (this
+  // daemon runs without --allow_key_mode).
+  const std::vector<BlockKey> keys = packed->ComputeKeys(prompt);
+  ASSERT_EQ(keys.size(), 5u);
+  absl::StatusOr<Lease> k1 = packed->AcquireKeys(keys);
+  EXPECT_EQ(k1.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StartsWith(k1.status().message(), "block_keys_packed:"))
+      << k1.status();
+  absl::StatusOr<Lease> k2 = legacy->AcquireKeys(keys);
+  EXPECT_EQ(k2.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StartsWith(k2.status().message(), "block_keys:"))
+      << k2.status();
 }
 
 TEST_F(ClientTest, BadInputIsAnErrorNotADegrade) {

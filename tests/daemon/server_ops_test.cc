@@ -265,6 +265,55 @@ TEST_F(ServerTest, BadInputTable) {
       {"key mode disabled", grpc::StatusCode::FAILED_PRECONDITION,
        "--allow_key_mode",
        acquire(sid, [](auto* r) { r->add_block_keys(std::string(16, 'k')); })},
+      {"packed key mode disabled", grpc::StatusCode::FAILED_PRECONDITION,
+       "block_keys_packed",
+       acquire(sid, [](auto* r) { r->set_block_keys_packed(std::string(32, 'k')); })},
+      {"tokens_le not a multiple of 4", grpc::StatusCode::INVALID_ARGUMENT,
+       "tokens_le: 7 bytes is not a multiple of 4",
+       acquire(sid, [](auto* r) { r->set_tokens_le(std::string(7, '\1')); })},
+      {"too many tokens_le", grpc::StatusCode::INVALID_ARGUMENT,
+       "--max_prompt_tokens=64",
+       acquire(sid, [](auto* r) { SetTokensLe(r, Tokens(65, 1)); })},
+      {"tokens and tokens_le", grpc::StatusCode::INVALID_ARGUMENT,
+       "tokens, tokens_le, block_keys, block_keys_packed: set exactly one",
+       acquire(sid,
+               [](auto* r) {
+                 SetTokens(r, Tokens(8, 1));
+                 SetTokensLe(r, Tokens(8, 1));
+               })},
+      {"tokens_le and block_keys_packed", grpc::StatusCode::INVALID_ARGUMENT,
+       "set exactly one",
+       acquire(sid,
+               [](auto* r) {
+                 SetTokensLe(r, Tokens(8, 1));
+                 r->set_block_keys_packed(std::string(32, 'k'));
+               })},
+      {"block_keys and block_keys_packed", grpc::StatusCode::INVALID_ARGUMENT,
+       "set exactly one",
+       acquire(sid,
+               [](auto* r) {
+                 r->add_block_keys(std::string(16, 'k'));
+                 r->set_block_keys_packed(std::string(16, 'k'));
+               })},
+      {"match tokens and tokens_le", grpc::StatusCode::INVALID_ARGUMENT,
+       "tokens_le", match([](auto* r) { SetTokensLe(r, Tokens(8, 1)); })},
+      {"match tokens_le bad size", grpc::StatusCode::INVALID_ARGUMENT,
+       "tokens_le: 5 bytes",
+       match([](auto* r) {
+         r->clear_tokens();
+         r->set_tokens_le(std::string(5, '\0'));
+       })},
+      {"explain tokens_le bad size", grpc::StatusCode::INVALID_ARGUMENT,
+       "tokens_le: 9 bytes",
+       [](ServerTest* t) {
+         v1::ExplainRequest req;
+         *req.mutable_namespace_() = TestNamespace();
+         req.set_tokens_le(std::string(9, '\0'));
+         v1::ExplainResponse resp;
+         grpc::ClientContext ctx;
+         ctx.set_deadline(Deadline());
+         return t->admin_->Explain(&ctx, req, &resp);
+       }},
       {"commit unknown lease", grpc::StatusCode::NOT_FOUND, "lease_id",
        [sid](ServerTest* t) {
          v1::CommitResponse c;

@@ -1,6 +1,7 @@
 // In-process radixkvd over a real Unix-socket gRPC channel: sessions,
 // leases, dedupe, eviction, Match/Explain and WatchEvents.
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,152 @@ TEST_F(ServerTest, AcquireCommitReleaseAndHit) {
   // Ended leases are gone.
   EXPECT_EQ(Release(session.id(), hit.lease_id()).error_code(),
             grpc::StatusCode::NOT_FOUND);
+}
+
+// The four prompt forms name the same blocks: tokens and tokens_le give the
+// same keys, matches and pages; block_keys and block_keys_packed too.
+TEST_F(ServerTest, PromptFormsAreEquivalent) {
+  StartServer([](daemon::ServerOptions& o) {
+    o.cache.allow_key_mode = true;
+    o.cache.max_prompt_tokens = 64;
+  });
+  const v1::Namespace ns = TestNamespace();
+  SessionStream session(kv_.get(), ns);
+  ASSERT_TRUE(session.ok());
+  const auto tokens = Tokens(18, 5);  // 4 full blocks + a partial tail
+
+  auto acquire = [&](const std::function<void(v1::AcquireRequest*)>& fill,
+                     bool allocate, v1::AcquireResponse* resp) {
+    v1::AcquireRequest req;
+    req.set_session_id(session.id());
+    req.set_allocate(allocate);
+    fill(&req);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    return kv_->Acquire(&ctx, req, resp);
+  };
+  auto match = [&](const std::function<void(v1::MatchRequest*)>& fill,
+                   v1::MatchResponse* resp) {
+    v1::MatchRequest req;
+    *req.mutable_namespace_() = ns;
+    fill(&req);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    return kv_->Match(&ctx, req, resp);
+  };
+  auto explain = [&](const std::function<void(v1::ExplainRequest*)>& fill) {
+    v1::ExplainRequest req;
+    *req.mutable_namespace_() = ns;
+    fill(&req);
+    v1::ExplainResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    EXPECT_TRUE(admin_->Explain(&ctx, req, &resp).ok());
+    return resp;
+  };
+  auto pages = [](const v1::AcquireResponse& r) {
+    return std::vector<uint64_t>(r.pages().begin(), r.pages().end());
+  };
+
+  // Cache the prompt through tokens_le.
+  v1::AcquireResponse a;
+  ASSERT_TRUE(acquire([&](auto* r) { SetTokensLe(r, tokens); }, true, &a).ok());
+  ASSERT_EQ(a.total_blocks(), 4u);
+  ASSERT_EQ(a.new_blocks(), 4u);
+  v1::CommitResponse c;
+  ASSERT_TRUE(Commit(session.id(), a.lease_id(), 4, true, &c).ok());
+  const std::vector<uint64_t> committed(c.pages().begin(), c.pages().end());
+  ASSERT_EQ(committed.size(), 4u);
+
+  // Explain: the same keys from both token forms.
+  const v1::ExplainResponse e_tokens =
+      explain([&](auto* r) { SetTokens(r, tokens); });
+  const v1::ExplainResponse e_le = explain([&](auto* r) { SetTokensLe(r, tokens); });
+  ASSERT_EQ(e_tokens.blocks_size(), 4);
+  ASSERT_EQ(e_le.blocks_size(), 4);
+  std::vector<std::string> keys;
+  std::string packed;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(e_tokens.blocks(i).key(), e_le.blocks(i).key()) << i;
+    EXPECT_EQ(e_le.blocks(i).state(), v1::BLOCK_STATE_CACHED) << i;
+    keys.push_back(e_le.blocks(i).key());
+    packed += e_le.blocks(i).key();
+  }
+  ASSERT_EQ(packed.size(), 64u);
+
+  // Acquire: a hit through each of the four forms pins the committed pages.
+  const std::vector<std::function<void(v1::AcquireRequest*)>> forms = {
+      [&](auto* r) { SetTokens(r, tokens); },
+      [&](auto* r) { SetTokensLe(r, tokens); },
+      [&](auto* r) {
+        for (const std::string& k : keys) r->add_block_keys(k);
+      },
+      [&](auto* r) { r->set_block_keys_packed(packed); },
+  };
+  for (size_t f = 0; f < forms.size(); ++f) {
+    SCOPED_TRACE(f);
+    v1::AcquireResponse hit;
+    ASSERT_TRUE(acquire(forms[f], false, &hit).ok());
+    EXPECT_EQ(hit.total_blocks(), 4u);
+    EXPECT_EQ(hit.matched_blocks(), 4u);
+    EXPECT_EQ(pages(hit), committed);
+    ASSERT_TRUE(Release(session.id(), hit.lease_id()).ok());
+  }
+
+  // Match: same answer from each form; a prefix of the keys matches less.
+  v1::MatchResponse m_tokens, m_le, m_keys, m_packed, m_short;
+  ASSERT_TRUE(match([&](auto* r) { SetTokens(r, tokens); }, &m_tokens).ok());
+  ASSERT_TRUE(match([&](auto* r) { SetTokensLe(r, tokens); }, &m_le).ok());
+  ASSERT_TRUE(match([&](auto* r) {
+                for (const std::string& k : keys) r->add_block_keys(k);
+              }, &m_keys).ok());
+  ASSERT_TRUE(match([&](auto* r) { r->set_block_keys_packed(packed); }, &m_packed)
+                  .ok());
+  ASSERT_TRUE(match([&](auto* r) {
+                r->set_block_keys_packed(packed.substr(0, 32));
+              }, &m_short).ok());
+  for (const v1::MatchResponse* m : {&m_tokens, &m_le, &m_keys, &m_packed}) {
+    EXPECT_EQ(m->matched_blocks(), 4u);
+    EXPECT_EQ(m->total_blocks(), 4u);
+    EXPECT_EQ(m->matched_tokens(), 16u);
+    EXPECT_EQ(m->namespace_id(), session.info().namespace_id());
+  }
+  EXPECT_EQ(m_short.matched_blocks(), 2u);
+  // A changed token in block 2 breaks the match there in both token forms.
+  auto changed = tokens;
+  changed[9] += 1;
+  ASSERT_TRUE(match([&](auto* r) { SetTokensLe(r, changed); }, &m_le).ok());
+  ASSERT_TRUE(match([&](auto* r) { SetTokens(r, changed); }, &m_tokens).ok());
+  EXPECT_EQ(m_le.matched_blocks(), 2u);
+  EXPECT_EQ(m_tokens.matched_blocks(), 2u);
+
+  // Bad packed keys in key mode: clear errors, nothing changes.
+  v1::Stats before = Stats();
+  before.clear_uptime_seconds();
+  v1::AcquireResponse bad;
+  grpc::Status s =
+      acquire([&](auto* r) { r->set_block_keys_packed(packed + "x"); }, true, &bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("block_keys_packed: 65 bytes is not a multiple of 16"),
+            std::string::npos)
+      << s.error_message();
+  // 64 tokens / page_size 4 = at most 16 keys.
+  s = acquire([&](auto* r) { r->set_block_keys_packed(std::string(17 * 16, 'k')); },
+              true, &bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("block_keys_packed: 17 keys exceed the limit 16"),
+            std::string::npos)
+      << s.error_message();
+  s = acquire([&](auto* r) {
+        r->set_block_keys_packed(packed);
+        SetTokens(r, tokens);
+      }, true, &bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("set exactly one"), std::string::npos)
+      << s.error_message();
+  v1::Stats after = Stats();
+  after.clear_uptime_seconds();
+  EXPECT_EQ(after.DebugString(), before.DebugString());
 }
 
 TEST_F(ServerTest, DedupeBetweenTwoSessions) {

@@ -57,6 +57,23 @@ void SetTokens(Req* req, const std::vector<uint32_t>& tokens) {
   req->mutable_tokens()->Assign(tokens.begin(), tokens.end());
 }
 
+// The tokens_le wire form of `tokens`: 4 little-endian bytes per id, written
+// byte by byte so the test does not depend on the host's order.
+inline std::string TokensLe(const std::vector<uint32_t>& tokens) {
+  std::string b;
+  b.reserve(tokens.size() * 4);
+  for (uint32_t t : tokens) {
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<char>(t >> (8 * i)));
+  }
+  return b;
+}
+
+template <typename Req>
+void SetTokensLe(Req* req, const std::vector<uint32_t>& tokens) {
+  const std::string b = TokensLe(tokens);
+  req->set_tokens_le(b.data(), b.size());
+}
+
 inline std::chrono::system_clock::time_point Deadline(int seconds = 30) {
   return std::chrono::system_clock::now() + std::chrono::seconds(seconds);
 }
