@@ -23,7 +23,6 @@
 
 namespace radixkv::daemon {
 
-// AsyncKvService (daemon/async_unary.h) borrows its Session method.
 class KvService final : public v1::KvCache::CallbackService {
  public:
   // `env` members are borrowed and must outlive the service.

@@ -53,10 +53,6 @@ ABSL_FLAG(bool, allow_key_mode, false,
 ABSL_FLAG(std::vector<std::string>, attach_allowed_gids, {},
           "groups (names or numeric gids) whose members may also attach to "
           "the pool, besides the daemon's own uid and root");
-ABSL_FLAG(int32_t, unary_threads, 0,
-          "threads (one completion queue each) serving Acquire, Commit, "
-          "Release and Match with the handler inline on the polling thread; "
-          "0: the callback API like every other method");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "on SIGTERM/SIGINT, how long in-flight calls may finish");
@@ -129,7 +125,6 @@ int main(int argc, char** argv) {
   o.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
   o.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
   o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
-  o.unary_threads = absl::GetFlag(FLAGS_unary_threads);
   o.cache.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   o.cache.max_string_bytes = absl::GetFlag(FLAGS_max_string_bytes);
   o.cache.max_page_size = absl::GetFlag(FLAGS_max_page_size);

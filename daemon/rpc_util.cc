@@ -6,7 +6,7 @@
 
 namespace radixkv::daemon {
 
-absl::Status Admission(const grpc::ServerContextBase* ctx,
+absl::Status Admission(const grpc::CallbackServerContext* ctx,
                        const ServiceEnv& env) {
   if (env.draining != nullptr && env.draining->load(std::memory_order_acquire)) {
     return absl::UnavailableError(

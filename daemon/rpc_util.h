@@ -37,7 +37,7 @@ struct ServiceEnv {
 
 // UNAVAILABLE while draining, DEADLINE_EXCEEDED when the client's deadline
 // has passed, else OK.
-absl::Status Admission(const grpc::ServerContextBase* ctx,
+absl::Status Admission(const grpc::CallbackServerContext* ctx,
                        const ServiceEnv& env);
 
 // Records `status` for `method` and finishes the call with it.

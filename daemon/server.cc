@@ -11,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/admin_service.h"
-#include "daemon/async_unary.h"
 #include "daemon/kv_service.h"
 #include "daemon/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -157,15 +156,8 @@ absl::Status Server::Init() {
     RETURN_IF_ERROR(ClaimSocketPath(options_.socket_path));
   }
 
-  if (options_.unary_threads < 0 || options_.unary_threads > 64) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--unary_threads: ", options_.unary_threads, " is outside 0..64"));
-  }
   ServiceEnv env{cache_.get(), metrics_.get(), &draining_};
   kv_service_ = std::make_unique<KvService>(env);
-  if (options_.unary_threads > 0) {
-    async_kv_service_ = std::make_unique<AsyncKvService>(kv_service_.get());
-  }
   admin_service_ = std::make_unique<AdminService>(env);
 
 #ifdef RADIXKV_HAVE_HEALTH_PROTO
@@ -184,11 +176,7 @@ absl::Status Server::Init() {
     builder.AddListeningPort(options_.listen_tcp,
                              grpc::InsecureServerCredentials(), &tcp_port_);
   }
-  if (async_kv_service_ != nullptr) {
-    builder.RegisterService(async_kv_service_.get());
-  } else {
-    builder.RegisterService(kv_service_.get());
-  }
+  builder.RegisterService(kv_service_.get());
   builder.RegisterService(admin_service_.get());
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
@@ -200,18 +188,7 @@ absl::Status Server::Init() {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs;
-  for (int i = 0; i < options_.unary_threads; ++i) {
-    cqs.push_back(builder.AddCompletionQueue());
-  }
   grpc_server_ = builder.BuildAndStart();
-  if (async_kv_service_ != nullptr) {
-    // Owns the queues from here on, also when the start failed below (its
-    // Shutdown drains them).
-    async_unary_ = std::make_unique<AsyncUnaryServer>(async_kv_service_.get(),
-                                                      env, std::move(cqs));
-    if (grpc_server_ != nullptr) async_unary_->Start();
-  }
   if (grpc_server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat(
         "cannot bind gRPC on ",
@@ -260,18 +237,15 @@ void Server::Shutdown(absl::Duration grace) {
     grpc_server_->Shutdown(std::chrono::system_clock::now() +
                            absl::ToChronoMilliseconds(grace));
     grpc_server_->Wait();
+    grpc_server_.reset();
   }
-  if (async_unary_ != nullptr) async_unary_->Shutdown();
-  grpc_server_.reset();
   attach_server_.reset();
   metrics_.reset();
 }
 
 Server::~Server() {
   Shutdown(absl::ZeroDuration());
-  async_unary_.reset();
   admin_service_.reset();
-  async_kv_service_.reset();
   kv_service_.reset();
   cache_.reset();
 }

@@ -42,8 +42,6 @@ class Server;
 namespace radixkv::daemon {
 
 class AdminService;
-class AsyncKvService;
-class AsyncUnaryServer;
 class KvService;
 
 struct ServerOptions {
@@ -70,10 +68,6 @@ struct ServerOptions {
   absl::Duration keepalive_timeout = absl::Seconds(10);
   // Largest request message accepted.
   int max_receive_message_bytes = 16 << 20;
-  // Threads (one completion queue each) that serve Acquire, Commit, Release
-  // and Match with the handler inline (daemon/async_unary.h); 0: those
-  // methods use the callback API like the rest (--unary_threads).
-  int unary_threads = 0;
 };
 
 class Server {
@@ -118,14 +112,8 @@ class Server {
   std::unique_ptr<Cache> cache_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<KvService> kv_service_;
-  // Registered instead of kv_service_ when unary_threads > 0 (its Session
-  // is kv_service_'s).
-  std::unique_ptr<AsyncKvService> async_kv_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  // Serves the unary KvCache methods when unary_threads > 0; shut down after
-  // grpc_server_ (its queue threads finish the in-flight calls).
-  std::unique_ptr<AsyncUnaryServer> async_unary_;
   std::unique_ptr<AttachServer> attach_server_;
 };
 

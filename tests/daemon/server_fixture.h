@@ -6,7 +6,6 @@
 #ifndef RADIXKV_TESTS_DAEMON_SERVER_FIXTURE_H_
 #define RADIXKV_TESTS_DAEMON_SERVER_FIXTURE_H_
 
-#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,15 +21,10 @@ namespace radixkv::testing {
 class ServerTest : public ::testing::Test {
  public:  // lambdas in table-driven tests call the helpers
   // Starts the server with a small none pool and metrics off; `tweak` may
-  // change any option first. RADIXKV_TEST_UNARY_THREADS=N runs the unary
-  // KvCache methods on N completion-queue threads (tests/daemon/CMakeLists
-  // runs these tests both ways).
+  // change any option first.
   void StartServer(const std::function<void(daemon::ServerOptions&)>& tweak = {}) {
     options_.socket_path = TempSocketPath("srv");
     options_.metrics_listen = "";
-    if (const char* n = std::getenv("RADIXKV_TEST_UNARY_THREADS")) {
-      options_.unary_threads = std::atoi(n);
-    }
     options_.pool = "none,pages=64";
     options_.cache.sweep_interval = absl::Milliseconds(50);
     if (tweak) tweak(options_);
