@@ -70,6 +70,9 @@ ABSL_FLAG(uint32_t, page_size, 16, "tokens per block");
 ABSL_FLAG(bool, key_mode, false,
           "send block_keys (computed here, before the run) instead of tokens in "
           "the measured Acquire/Match calls; radixkvd needs --allow_key_mode");
+ABSL_FLAG(bool, tokens_le, false,
+          "send the prompt as bytes tokens_le (little-endian u32) instead of "
+          "repeated uint32 tokens in the measured Acquire/Match calls");
 ABSL_FLAG(std::string, label, "", "free-form label copied into the output");
 ABSL_FLAG(bool, json, false, "print one JSON object");
 ABSL_FLAG(std::string, write_body, "",
@@ -286,6 +289,10 @@ class LoadGen {
         *m.mutable_namespace_() = BenchNamespace(o_.page_size);
         if (o_.key_mode) {
           FillPromptKeys(o_.prompt_blocks, o_.page_size, 1, m.mutable_block_keys());
+        } else if (absl::GetFlag(FLAGS_tokens_le)) {
+          google::protobuf::RepeatedField<uint32_t> t;
+          FillPrompt(o_.prompt_blocks, o_.page_size, 1, &t);
+          m.set_tokens_le(reinterpret_cast<const char*>(t.data()), t.size() * 4);
         } else {
           FillPrompt(o_.prompt_blocks, o_.page_size, 1, m.mutable_tokens());
         }
@@ -300,6 +307,10 @@ class LoadGen {
         const uint32_t base = o_.method == "acquire" ? 1 : 8192;
         if (o_.key_mode) {
           FillPromptKeys(o_.prompt_blocks, o_.page_size, base, a.mutable_block_keys());
+        } else if (absl::GetFlag(FLAGS_tokens_le)) {
+          google::protobuf::RepeatedField<uint32_t> t;
+          FillPrompt(o_.prompt_blocks, o_.page_size, base, &t);
+          a.set_tokens_le(reinterpret_cast<const char*>(t.data()), t.size() * 4);
         } else {
           FillPrompt(o_.prompt_blocks, o_.page_size, base, a.mutable_tokens());
         }

@@ -121,7 +121,12 @@ class DaemonClient final : public ReplayClient {
     } else {
       const absl::Span<const uint32_t> tokens =
           FillTokens(req.hash_ids, options_.page_size, &tokens_);
-      acquire_.mutable_tokens()->Add(tokens.begin(), tokens.end());
+      if (options_.tokens_le) {
+        acquire_.set_tokens_le(reinterpret_cast<const char*>(tokens.data()),
+                               tokens.size() * sizeof(uint32_t));
+      } else {
+        acquire_.mutable_tokens()->Add(tokens.begin(), tokens.end());
+      }
     }
     RequestOutcome out;
     const int64_t t0 = NowNs();

@@ -39,6 +39,8 @@ ABSL_FLAG(std::string, via, "client",
           "(raw generated gRPC stub: least client overhead)");
 ABSL_FLAG(bool, key_mode, false,
           "daemon mode: send client-computed block_keys instead of tokens");
+ABSL_FLAG(bool, tokens_le, false,
+          "daemon mode, --via=stub: send tokens as bytes tokens_le");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
 ABSL_FLAG(bool, mutex_deadlock_detection, true,
           "keep Abseil's Mutex deadlock detection (Debian's Abseil has it on: "
@@ -75,6 +77,7 @@ absl::Status Main() {
     o.endpoint = absl::GetFlag(FLAGS_endpoint);
     o.page_size = page_size;
     o.key_mode = absl::GetFlag(FLAGS_key_mode);
+    o.tokens_le = absl::GetFlag(FLAGS_tokens_le);
     const std::string via = absl::GetFlag(FLAGS_via);
     absl::StatusOr<std::unique_ptr<radixkv::bench::ReplayTarget>> t;
     if (via == "client") {

@@ -42,6 +42,8 @@ struct DaemonOptions {
   // Send block_keys computed by the client instead of tokens (the daemon
   // must allow key mode). Hashing then happens in the client, untimed.
   bool key_mode = false;
+  // Raw stub only: send tokens as bytes tokens_le instead of repeated uint32.
+  bool tokens_le = false;
   int64_t deadline_ms = 10000;
 };
 absl::StatusOr<std::unique_ptr<ReplayTarget>> NewDaemonTarget(
