@@ -83,6 +83,21 @@ void SpecToProto(const NamespaceSpec& s, v1::Namespace* out) {
 
 }  // namespace
 
+absl::Span<const uint32_t> TokensLeView(absl::string_view bytes,
+                                        std::vector<uint32_t>* copy) {
+  const size_t n = bytes.size() / sizeof(uint32_t);
+  // The wire form is the host's form (little-endian, asserted above), so the
+  // ids are used in place when the bytes are aligned, which protobuf's string
+  // storage is in practice; otherwise they are copied once.
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint32_t) == 0) {
+    return absl::MakeConstSpan(reinterpret_cast<const uint32_t*>(bytes.data()),
+                               n);
+  }
+  copy->resize(n);
+  if (n > 0) std::memcpy(copy->data(), bytes.data(), n * sizeof(uint32_t));
+  return *copy;
+}
+
 Cache::Cache(const CacheOptions& options)
     : options_(options),
       started_(absl::Now()),
@@ -237,17 +252,7 @@ absl::StatusOr<Cache::Prompt> Cache::ValidatePrompt(const PromptFields& f,
           absl::StrCat("tokens_le: ", n,
                        " ids exceed the limit --max_prompt_tokens=", max_tokens));
     }
-    // The wire form is the host's form (little-endian, asserted above), so
-    // the ids are used in place when the bytes are aligned, which protobuf's
-    // string storage is in practice; otherwise they are copied once.
-    if (reinterpret_cast<uintptr_t>(le.data()) % alignof(uint32_t) == 0) {
-      p.tokens = absl::MakeConstSpan(
-          reinterpret_cast<const uint32_t*>(le.data()), n);
-    } else {
-      p.tokens_copy.resize(n);
-      std::memcpy(p.tokens_copy.data(), le.data(), le.size());
-      p.tokens = p.tokens_copy;
-    }
+    p.tokens = TokensLeView(le, &p.tokens_copy);
     return p;
   }
   if (f.tokens.empty()) {

@@ -81,6 +81,12 @@ struct CacheOptions {
   std::string attach_socket;
 };
 
+// The token ids in `bytes` (little-endian u32 each; REQUIRES: size a
+// multiple of 4) without copying when the bytes are 4-byte aligned; else they
+// are copied into *copy and the view points there. Little-endian hosts only.
+absl::Span<const uint32_t> TokensLeView(absl::string_view bytes,
+                                        std::vector<uint32_t>* copy);
+
 class Cache {
  public:
   // Starts the lease sweeper thread.
