@@ -105,40 +105,6 @@ absl::StatusOr<std::string> GrpcTargetForEndpoint(absl::string_view endpoint) {
   return std::string(endpoint);
 }
 
-v1::Namespace ToProto(const NamespaceSpec& spec) {
-  v1::Namespace ns;
-  ns.set_model(spec.model.data(), spec.model.size());
-  ns.set_model_revision(spec.model_revision.data(),
-                        spec.model_revision.size());
-  ns.set_lora(spec.lora.data(), spec.lora.size());
-  ns.set_cache_salt(spec.cache_salt.data(), spec.cache_salt.size());
-  ns.set_num_layers(spec.num_layers);
-  ns.set_num_kv_heads(spec.num_kv_heads);
-  ns.set_head_dim(spec.head_dim);
-  ns.set_page_size(spec.page_size);
-  ns.set_dtype(static_cast<v1::DType>(spec.dtype));
-  ns.set_tp_rank(spec.tp_rank);
-  ns.set_tp_size(spec.tp_size);
-  return ns;
-}
-
-NamespaceSpec FromProto(const v1::Namespace& ns) {
-  NamespaceSpec spec;
-  spec.model = ns.model();
-  spec.model_revision = ns.model_revision();
-  spec.lora = ns.lora();
-  spec.cache_salt = ns.cache_salt();
-  spec.num_layers = ns.num_layers();
-  spec.num_kv_heads = ns.num_kv_heads();
-  spec.head_dim = ns.head_dim();
-  spec.page_size = ns.page_size();
-  spec.dtype = static_cast<DType>(ns.dtype());
-  spec.tp_rank = ns.tp_rank();
-  // The wire reads tp_size 0 as 1.
-  spec.tp_size = ns.tp_size() == 0 ? 1 : ns.tp_size();
-  return spec;
-}
-
 absl::Status ValidateNamespaceSpec(const NamespaceSpec& spec) {
   auto positive = [](const char* field, uint32_t v) {
     return v == 0 ? absl::InvalidArgumentError(absl::StrCat(
@@ -378,7 +344,7 @@ absl::StatusOr<Lease> Client::AcquireImpl(v1::AcquireRequest req,
 absl::StatusOr<v1::MatchResponse> Client::Match(
     absl::Span<const uint32_t> tokens) {
   v1::MatchRequest req;
-  *req.mutable_namespace_() = ToProto(options_.ns);
+  *req.mutable_namespace_() = NamespaceToProto(options_.ns);
   SetPromptTokens(tokens, options_.legacy_prompt_fields, &req);
   v1::MatchResponse resp;
   grpc::ClientContext ctx;
@@ -390,7 +356,7 @@ absl::StatusOr<v1::MatchResponse> Client::Match(
 absl::StatusOr<v1::MatchResponse> Client::MatchKeys(
     absl::Span<const BlockKey> keys) {
   v1::MatchRequest req;
-  *req.mutable_namespace_() = ToProto(options_.ns);
+  *req.mutable_namespace_() = NamespaceToProto(options_.ns);
   SetPromptKeys(keys, options_.legacy_prompt_fields, &req);
   v1::MatchResponse resp;
   grpc::ClientContext ctx;

@@ -56,6 +56,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "radix/block_key.h"
+#include "radixkv/namespace_spec.h"
 #include "radixkv/v1/radixkv.pb.h"
 
 namespace radixkv {
@@ -116,10 +117,6 @@ struct ClientOptions {
 // radixkvctl --endpoint. INVALID_ARGUMENT names the field for an endpoint that
 // is neither a path, a "unix:" URI, another gRPC URI scheme nor host:port.
 absl::StatusOr<std::string> GrpcTargetForEndpoint(absl::string_view endpoint);
-
-// The namespace message for a NamespaceSpec, and back.
-v1::Namespace ToProto(const NamespaceSpec& spec);
-NamespaceSpec FromProto(const v1::Namespace& ns);
 
 // Checks what the daemon would check about a namespace's layout: the layout
 // fields are nonzero, dtype is known, tp_rank < tp_size. INVALID_ARGUMENT

@@ -177,7 +177,7 @@ absl::Status Core::RunSession() {
 
   v1::SessionRequest open;
   v1::OpenSession* o = open.mutable_open();
-  *o->mutable_namespace_() = ToProto(options_.ns);
+  *o->mutable_namespace_() = NamespaceToProto(options_.ns);
   o->set_device(options_.device);
   o->set_client_name(options_.client_name.data(), options_.client_name.size());
   o->set_block_key_version(kBlockKeyVersion);

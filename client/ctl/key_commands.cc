@@ -56,7 +56,7 @@ int RunMatch(Context& ctx) {
   int exit = 0;
   if (!ParsePrompt(ctx, &ns, &tokens, &exit)) return exit;
   v1::MatchRequest req;
-  *req.mutable_namespace_() = ToProto(ns);
+  *req.mutable_namespace_() = NamespaceToProto(ns);
   req.mutable_tokens()->Add(tokens.begin(), tokens.end());
   auto stub = v1::KvCache::NewStub(ctx.Channel());
   v1::MatchResponse resp;
@@ -99,7 +99,7 @@ int RunExplain(Context& ctx) {
   int exit = 0;
   if (!ParsePrompt(ctx, &ns, &tokens, &exit)) return exit;
   v1::ExplainRequest req;
-  *req.mutable_namespace_() = ToProto(ns);
+  *req.mutable_namespace_() = NamespaceToProto(ns);
   req.mutable_tokens()->Add(tokens.begin(), tokens.end());
   auto stub = v1::Admin::NewStub(ctx.Channel());
   v1::ExplainResponse resp;

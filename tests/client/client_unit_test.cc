@@ -74,7 +74,7 @@ TEST(NamespaceProto, RoundTrips) {
   ns.cache_salt = "tenant";
   ns.tp_rank = 1;
   ns.tp_size = 2;
-  EXPECT_EQ(FromProto(ToProto(ns)), ns);
+  EXPECT_EQ(NamespaceFromProto(NamespaceToProto(ns)), ns);
 }
 
 TEST(ClientCreate, RejectsBadOptionsNamingTheField) {
