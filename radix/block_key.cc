@@ -209,18 +209,25 @@ BlockKey ChainBlockKey(const BlockKey& parent, absl::Span<const uint32_t> tokens
   return Hash(b.data(), b.size());
 }
 
-std::vector<BlockKey> ComputeBlockKeys(const BlockKey& root, uint32_t page_size,
-                                       absl::Span<const uint32_t> tokens) {
-  std::vector<BlockKey> keys;
-  if (page_size == 0) return keys;
+void ComputeBlockKeys(const BlockKey& root, uint32_t page_size,
+                      absl::Span<const uint32_t> tokens,
+                      std::vector<BlockKey>* out) {
+  out->clear();
+  if (page_size == 0) return;
   const size_t blocks = tokens.size() / page_size;
-  keys.reserve(blocks);
+  out->reserve(blocks);
   ChainBuffer buf(page_size);
   BlockKey parent = root;
   for (size_t i = 0; i < blocks; ++i) {
     parent = buf.Chain(parent, tokens.subspan(i * page_size, page_size));
-    keys.push_back(parent);
+    out->push_back(parent);
   }
+}
+
+std::vector<BlockKey> ComputeBlockKeys(const BlockKey& root, uint32_t page_size,
+                                       absl::Span<const uint32_t> tokens) {
+  std::vector<BlockKey> keys;
+  ComputeBlockKeys(root, page_size, tokens, &keys);
   return keys;
 }
 

@@ -122,6 +122,13 @@ BlockKey ChainBlockKey(const BlockKey& parent, absl::Span<const uint32_t> tokens
 std::vector<BlockKey> ComputeBlockKeys(const BlockKey& root, uint32_t page_size,
                                        absl::Span<const uint32_t> tokens);
 
+// The same keys written into `*out`: clears it and appends one key per full
+// block, reusing its capacity, so a caller that keeps `out` across calls
+// allocates nothing once it has grown. Leaves `out` empty when page_size is 0.
+void ComputeBlockKeys(const BlockKey& root, uint32_t page_size,
+                      absl::Span<const uint32_t> tokens,
+                      std::vector<BlockKey>* out);
+
 // Incremental hasher for a growing token sequence (a decode that keeps
 // appending): feeds tokens in any amounts and keys each block as it fills.
 //

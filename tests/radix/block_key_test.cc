@@ -219,6 +219,9 @@ TEST(BlockKeyVectorsTest, RootsAndKeysMatch) {
     const std::vector<BlockKey> keys =
         ComputeBlockKeys(root, spec.page_size, tokens);
     ASSERT_EQ(keys.size(), x["block_keys"].items.size());
+    std::vector<BlockKey> reused(3);
+    ComputeBlockKeys(root, spec.page_size, tokens, &reused);
+    EXPECT_EQ(reused, keys);
     for (size_t i = 0; i < keys.size(); ++i) {
       EXPECT_EQ(keys[i].ToHex(), x["block_keys"].items[i].str) << "block " << i;
       // The one-block primitive agrees with the bulk path.
@@ -314,6 +317,42 @@ TEST(BlockKeyTest, IncrementalHasherEqualsOneShot) {
       EXPECT_EQ(h.last_key(), expected.empty() ? root : expected.back());
     }
   }
+}
+
+TEST(BlockKeyTest, OutParameterOverloadEqualsReturningVersion) {
+  std::mt19937 rng(99);
+  // One vector reused across calls of every size, as the daemon does: it
+  // must be cleared each time, never carry keys over.
+  std::vector<BlockKey> out = {BlockKey{1, 2}, BlockKey{3, 4}};
+  for (uint32_t page_size : {1u, 4u, 16u, 512u}) {
+    const BlockKey root = NamespaceRoot(NamespaceSpec{.page_size = page_size});
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<uint32_t> tokens(rng() % (page_size * 9 + 3));
+      for (uint32_t& t : tokens) t = rng();
+      ComputeBlockKeys(root, page_size, tokens, &out);
+      const std::vector<BlockKey> expected =
+          ComputeBlockKeys(root, page_size, tokens);
+      EXPECT_EQ(out, expected) << "page_size " << page_size << ", "
+                               << tokens.size() << " tokens";
+      EXPECT_EQ(out.size(), tokens.size() / page_size);
+    }
+  }
+  // A large call followed by a small one keeps the capacity and shrinks the
+  // contents.
+  const BlockKey root = NamespaceRoot(NamespaceSpec{.page_size = 2});
+  std::vector<uint32_t> big(200, 7);
+  ComputeBlockKeys(root, 2, big, &out);
+  ASSERT_EQ(out.size(), 100u);
+  const size_t cap = out.capacity();
+  const BlockKey* data = out.data();
+  ComputeBlockKeys(root, 2, absl::MakeConstSpan(big).first(6), &out);
+  EXPECT_EQ(out.size(), 3u);
+  EXPECT_EQ(out.capacity(), cap);
+  EXPECT_EQ(out.data(), data);
+  EXPECT_EQ(out, ComputeBlockKeys(root, 2, absl::MakeConstSpan(big).first(6)));
+  // page_size 0 leaves the vector empty.
+  ComputeBlockKeys(root, 0, big, &out);
+  EXPECT_TRUE(out.empty());
 }
 
 TEST(BlockKeyTest, NamespaceFieldsAllMatter) {
