@@ -14,6 +14,16 @@
 namespace radixkv::daemon {
 namespace {
 
+// The block keys of the prompt this thread is serving: filled by
+// ValidatePrompt (key mode) or ResolveKeys (token mode) and viewed by
+// Prompt::keys, so neither mode allocates a key vector per request once the
+// thread is warm. One RPC handler validates one prompt at a time per thread.
+// Its size is bounded by --max_prompt_tokens / page_size keys.
+std::vector<BlockKey>& ThreadKeyScratch() {
+  thread_local std::vector<BlockKey> scratch;
+  return scratch;
+}
+
 // tokens_le is read in place as host u32 values; a big-endian host would have
 // to byte-swap into a copy instead.
 static_assert(std::endian::native == std::endian::little,
@@ -213,9 +223,8 @@ absl::StatusOr<Cache::Prompt> Cache::ValidatePrompt(const PromptFields& f,
           " (--max_prompt_tokens=", max_tokens, " / page_size ", page_size,
           ")"));
     }
-    // Reused per thread: key mode then allocates nothing once warm. Its
-    // size is bounded by max_keys.
-    thread_local std::vector<BlockKey> scratch;
+    // Reused per thread: key mode then allocates nothing once warm.
+    std::vector<BlockKey>& scratch = ThreadKeyScratch();
     scratch.clear();
     scratch.reserve(count);
     if (packed) {
@@ -272,9 +281,10 @@ absl::StatusOr<Cache::Prompt> Cache::ValidatePrompt(const PromptFields& f,
 
 void Cache::ResolveKeys(const BlockKey& root, uint32_t page_size, Prompt* p) {
   if (p->key_mode) return;
-  p->owned_keys = ComputeBlockKeys(root, page_size, p->tokens);
-  p->keys = p->owned_keys;
-  p->tokens = p->tokens.first(p->owned_keys.size() * page_size);
+  std::vector<BlockKey>& scratch = ThreadKeyScratch();
+  ComputeBlockKeys(root, page_size, p->tokens, &scratch);
+  p->keys = scratch;
+  p->tokens = p->tokens.first(scratch.size() * page_size);
 }
 
 // ---------------------------------------------------------------------------

@@ -156,7 +156,7 @@ class Cache {
                         r.block_keys_packed()};
   }
   // A validated prompt: either tokens or keys (key mode). Move-only in
-  // effect: `tokens` and `keys` may point into the vectors next to them.
+  // effect: `tokens` may point into `tokens_copy`.
   struct Prompt {
     // The token ids: a view into the request (no copy), or into
     // `tokens_copy` when tokens_le's bytes are not 4-byte aligned. Empty in
@@ -164,10 +164,10 @@ class Cache {
     absl::Span<const uint32_t> tokens;
     std::vector<uint32_t> tokens_copy;
     // One key per full block (filled by ResolveKeys in token mode). Points
-    // into `owned_keys` or, in key mode, into this thread's scratch vector
-    // (valid until the thread's next ValidatePrompt).
+    // into this thread's key scratch vector in both modes: valid until the
+    // thread's next ValidatePrompt or ResolveKeys, so a Prompt never leaves
+    // the thread or the call that made it.
     absl::Span<const BlockKey> keys;
-    std::vector<BlockKey> owned_keys;
     bool key_mode = false;
   };
 
