@@ -9,7 +9,9 @@
 #   bench/compare/callgrind_cost.sh [BUILD_DIR]
 #
 # Environment: SECONDS_PER_METHOD (default 6), METHODS (default
-# "health acquire acquire_miss match acquire:key match:key"), PROMPT_BLOCKS
+# "health acquire acquire_miss match acquire:key match:key match:packed";
+# METHOD:key sends repeated block_keys, METHOD:packed block_keys_packed),
+# PROMPT_BLOCKS
 # (default 128, of 16 tokens each), LOADGEN_FLAGS (extra loadgen flags for
 # every measured method).
 set -euo pipefail
@@ -17,7 +19,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$repo/build}" && pwd)
 secs=${SECONDS_PER_METHOD:-6}
-methods=${METHODS:-"health acquire acquire_miss match acquire:key match:key"}
+methods=${METHODS:-"health acquire acquire_miss match acquire:key match:key match:packed"}
 prompt_blocks=${PROMPT_BLOCKS:-128}
 read -r -a extra_flags <<<"${LOADGEN_FLAGS:-}"
 radixkvd=$build/daemon/radixkvd
@@ -68,7 +70,12 @@ health_ir=""
 for spec in $methods; do
   m=${spec%%:*}
   key=""
-  [ "$spec" != "$m" ] && key="--key_mode"
+  case "$spec" in
+    *:key) key="--key_mode" ;;
+    *:packed) key="--packed_keys" ;;
+    "$m") ;;
+    *) echo "Error: METHODS entry '$spec': the suffix must be :key or :packed" >&2; exit 3 ;;
+  esac
   name=${spec/:/_}
   run_daemon "$name"
   res=$("$loadgen" --endpoint="unix:$sock" --method="$m" $key --connections=2 \

@@ -14,7 +14,10 @@
 //                 (no lease is created, so no Release is needed)
 //
 // With --key_mode the measured calls carry the prompt's 16-byte block keys
-// (computed before the run) instead of its tokens.
+// (computed before the run) instead of its tokens, one `block_keys` string
+// per block; --packed_keys sends the same keys concatenated in the single
+// bytes field `block_keys_packed` (16 bytes per block). Both need radixkvd
+// --allow_key_mode.
 //
 // Closed loop (--rate=0): --connections channels (one HTTP/2 connection and
 // one Session each) x --inflight outstanding calls, re-issued on completion.
@@ -70,6 +73,10 @@ ABSL_FLAG(uint32_t, page_size, 16, "tokens per block");
 ABSL_FLAG(bool, key_mode, false,
           "send block_keys (computed here, before the run) instead of tokens in "
           "the measured Acquire/Match calls; radixkvd needs --allow_key_mode");
+ABSL_FLAG(bool, packed_keys, false,
+          "key mode with the keys in bytes block_keys_packed (16 bytes per "
+          "block, computed here for the namespace the tokens mode uses) "
+          "instead of repeated block_keys; radixkvd needs --allow_key_mode");
 ABSL_FLAG(bool, tokens_le, false,
           "send the prompt as bytes tokens_le (little-endian u32) instead of "
           "repeated uint32 tokens in the measured Acquire/Match calls");
@@ -126,9 +133,9 @@ void FillPrompt(uint32_t blocks, uint32_t page_size, uint32_t base,
   for (uint32_t i = 0; i < blocks * page_size; ++i) tokens->Add(base + i);
 }
 
-// Keys of FillPrompt's tokens, in the 16-byte canonical form.
-void FillPromptKeys(uint32_t blocks, uint32_t page_size, uint32_t base,
-                    google::protobuf::RepeatedPtrField<std::string>* keys) {
+// Block keys of FillPrompt's tokens in BenchNamespace(page_size).
+std::vector<BlockKey> PromptKeys(uint32_t blocks, uint32_t page_size,
+                                 uint32_t base) {
   google::protobuf::RepeatedField<uint32_t> tokens;
   FillPrompt(blocks, page_size, base, &tokens);
   NamespaceSpec spec;
@@ -139,19 +146,36 @@ void FillPromptKeys(uint32_t blocks, uint32_t page_size, uint32_t base,
   spec.page_size = page_size;
   spec.dtype = DType::kBFloat16;
   spec.tp_size = 1;
-  std::vector<BlockKey> k = ComputeBlockKeys(
+  return ComputeBlockKeys(
       NamespaceRoot(spec), page_size,
       absl::MakeConstSpan(tokens.data(), static_cast<size_t>(tokens.size())));
+}
+
+// Keys of FillPrompt's tokens, in the 16-byte canonical form, one per string.
+void FillPromptKeys(uint32_t blocks, uint32_t page_size, uint32_t base,
+                    google::protobuf::RepeatedPtrField<std::string>* keys) {
   keys->Clear();
   char buf[BlockKey::kBytes];
-  for (const BlockKey& key : k) {
+  for (const BlockKey& key : PromptKeys(blocks, page_size, base)) {
     key.ToCanonical(buf);
     keys->Add()->assign(buf, sizeof(buf));
   }
 }
 
+// The same keys concatenated (block_keys_packed: 16 bytes per block).
+std::string PackedPromptKeys(uint32_t blocks, uint32_t page_size,
+                             uint32_t base) {
+  const std::vector<BlockKey> keys = PromptKeys(blocks, page_size, base);
+  std::string packed(keys.size() * BlockKey::kBytes, '\0');
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i].ToCanonical(packed.data() + i * BlockKey::kBytes);
+  }
+  return packed;
+}
+
 struct Options {
-  bool key_mode = false;
+  bool key_mode = false;     // keys instead of tokens in Acquire/Match
+  bool packed_keys = false;  // key mode, keys in block_keys_packed
   std::string endpoint;
   std::string method;
   int connections = 4;
@@ -287,7 +311,11 @@ class LoadGen {
       } else if (o_.method == "match") {
         pb::MatchRequest m;
         *m.mutable_namespace_() = BenchNamespace(o_.page_size);
-        if (o_.key_mode) {
+        if (o_.packed_keys) {
+          const std::string packed =
+              PackedPromptKeys(o_.prompt_blocks, o_.page_size, 1);
+          m.set_block_keys_packed(packed.data(), packed.size());
+        } else if (o_.key_mode) {
           FillPromptKeys(o_.prompt_blocks, o_.page_size, 1, m.mutable_block_keys());
         } else if (absl::GetFlag(FLAGS_tokens_le)) {
           google::protobuf::RepeatedField<uint32_t> t;
@@ -295,6 +323,20 @@ class LoadGen {
           m.set_tokens_le(reinterpret_cast<const char*>(t.data()), t.size() * 4);
         } else {
           FillPrompt(o_.prompt_blocks, o_.page_size, 1, m.mutable_tokens());
+        }
+        if (o_.key_mode && c == conns_.front()) {
+          // The keys computed here must name the blocks the tokens cached.
+          pb::MatchResponse kresp;
+          grpc::ClientContext kctx;
+          grpc::Status ks = c->typed->Match(&kctx, m, &kresp);
+          if (!ks.ok()) {
+            return absl::InternalError("key-mode Match: " + ks.error_message());
+          }
+          if (kresp.matched_blocks() != o_.prompt_blocks) {
+            return absl::InternalError(absl::StrCat(
+                "key-mode Match found ", kresp.matched_blocks(), " of ",
+                o_.prompt_blocks, " blocks: keys differ from the daemon's"));
+          }
         }
         c->request = Serialize(m);
       } else {
@@ -305,7 +347,11 @@ class LoadGen {
         // acquire_miss: other tokens of the same varint width (< 2^14), so
         // the request costs the same to parse as the cached prompt.
         const uint32_t base = o_.method == "acquire" ? 1 : 8192;
-        if (o_.key_mode) {
+        if (o_.packed_keys) {
+          const std::string packed =
+              PackedPromptKeys(o_.prompt_blocks, o_.page_size, base);
+          a.set_block_keys_packed(packed.data(), packed.size());
+        } else if (o_.key_mode) {
           FillPromptKeys(o_.prompt_blocks, o_.page_size, base, a.mutable_block_keys());
         } else if (absl::GetFlag(FLAGS_tokens_le)) {
           google::protobuf::RepeatedField<uint32_t> t;
@@ -365,13 +411,15 @@ class LoadGen {
     const double rpcs = (completed_ + releases_) / secs;
     if (json) {
       std::cout << absl::StrFormat(
-          "{\"label\": \"%s\", \"method\": \"%s\", \"key_mode\": %s, \"connections\": %d, "
+          "{\"label\": \"%s\", \"method\": \"%s\", \"key_mode\": %s, "
+          "\"packed_keys\": %s, \"connections\": %d, "
           "\"inflight\": %d, \"offered_rate\": %.0f, \"seconds\": %.2f, "
           "\"completed\": %d, \"requests_per_second\": %.1f, "
           "\"rpcs_per_second\": %.1f, \"errors\": %d, \"p50_us\": %.1f, "
           "\"p90_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
           "\"max_us\": %.1f, \"first_error\": \"%s\"}\n",
-          label, o_.method, o_.key_mode ? "true" : "false", o_.connections,
+          label, o_.method, o_.key_mode ? "true" : "false",
+          o_.packed_keys ? "true" : "false", o_.connections,
           o_.rate > 0 ? 0 : o_.inflight,
           o_.rate, secs, completed_, rps, rpcs, errors_, pct(0.5), pct(0.9),
           pct(0.99), pct(0.999), latency_ns_.empty() ? 0.0 : latency_ns_.back() / 1e3,
@@ -544,7 +592,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   radixkv::bench::Options o;
   o.endpoint = absl::GetFlag(FLAGS_endpoint);
-  o.key_mode = absl::GetFlag(FLAGS_key_mode);
+  o.packed_keys = absl::GetFlag(FLAGS_packed_keys);
+  o.key_mode = absl::GetFlag(FLAGS_key_mode) || o.packed_keys;
   o.method = absl::GetFlag(FLAGS_method);
   o.connections = absl::GetFlag(FLAGS_connections);
   o.inflight = absl::GetFlag(FLAGS_inflight);

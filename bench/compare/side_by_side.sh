@@ -10,6 +10,10 @@
 #      lookup = 128 pipelined EXISTS, driven by redis-benchmark -P 128), same
 #      concurrency: lookups/s each and the ratio (target >= 3x). h2load
 #      (nghttp2) repeats the radixkv side as an independent load generator.
+#      A second row sends the same Match in key mode (the 128 keys computed
+#      by the client, in block_keys_packed) to a second daemon started with
+#      --allow_key_mode: the like-for-like comparison with Redis, whose
+#      client also sends hashed keys.
 #  (c) in-process hash+match, eviction and index memory (inproc_figures),
 #      printed next to the anchors' PUBLISHED figures (not measured here).
 #
@@ -161,10 +165,22 @@ if command -v h2load >/dev/null; then
     -H 'content-type: application/grpc' -H 'te: trailers' \
     http://localhost/radixkv.v1.KvCache/Match 2>&1 | awk '/^finished in/ {print $4}' | tr -d ',')
 fi
-/usr/bin/python3 - "$match" "$redis_rps" "${h2:-}" "$prompt_blocks" "$out" <<'EOF'
+# Key mode: a second daemon that accepts keys (the first keeps the default
+# token-verified mode), the prompt cached there by loadgen's setup, Match
+# bodies with block_keys_packed, same concurrency as the tokens row.
+ksock=$work/k.sock
+"$radixkvd" --socket="$ksock" --metrics_listen= --pool=none,pages=100000 \
+  --allow_key_mode "${daemon_flags[@]}" >"$work/radixkvd_keys.log" 2>&1 &
+pids+=($!)
+wait_sock "$ksock" "${pids[-1]}"
+kmatch=$("$loadgen" --endpoint="unix:$ksock" --duration="$duration" --warmup=1 --json \
+  "${extra_flags[@]}" --packed_keys --method=match --connections="$lookup_conc" --inflight=1 \
+  --prompt_blocks=$prompt_blocks --page_size=$page_size --label=match_packed_keys_vs_redis)
+echo "$kmatch" >>"$out"
+/usr/bin/python3 - "$match" "$redis_rps" "${h2:-}" "$prompt_blocks" "$out" "$kmatch" <<'EOF'
 import json, sys
 m = json.loads(sys.argv[1]); redis_exists = float(sys.argv[2]); h2 = sys.argv[3]
-blocks = int(sys.argv[4])
+blocks = int(sys.argv[4]); k = json.loads(sys.argv[6])
 redis_lookups = redis_exists / blocks
 print("Redis 7, %d pipelined EXISTS      %9.0f lookups/s (%.0f EXISTS/s)" % (blocks, redis_lookups, redis_exists))
 print("radixkv Match (loadgen)          %9.0f lookups/s  p50 %.0f us  p99 %.0f us  errors %d"
@@ -175,6 +191,9 @@ if h2:
     print("radixkv Match (h2load)           %9.0f lookups/s   ratio %.2fx (HTTP status only; grpc-status unchecked)" % (h2v, h2v / redis_lookups))
     with open(sys.argv[5], "a") as f:
         f.write(json.dumps({"label": "match_h2load", "requests_per_second": h2v}) + "\n")
+print("radixkv Match, key mode (block_keys_packed, loadgen) %9.0f lookups/s  p50 %.0f us  p99 %.0f us  errors %d"
+      % (k["requests_per_second"], k["p50_us"], k["p99_us"], k["errors"]))
+print("ratio Match, key mode (block_keys_packed) / Redis : %.2fx   target >= 3x" % (k["requests_per_second"] / redis_lookups))
 EOF
 
 echo
