@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "radix/status_macros.h"
+#include "radixkv/namespace_spec.h"
 
 namespace radixkv::daemon {
 namespace {
@@ -75,20 +76,6 @@ const char* Reason(v1::BlockState s) {
       return "an earlier block of the prompt is not cached";
     default: return "";
   }
-}
-
-void SpecToProto(const NamespaceSpec& s, v1::Namespace* out) {
-  out->set_model(s.model.data(), s.model.size());
-  out->set_model_revision(s.model_revision.data(), s.model_revision.size());
-  out->set_lora(s.lora.data(), s.lora.size());
-  out->set_cache_salt(s.cache_salt.data(), s.cache_salt.size());
-  out->set_num_layers(s.num_layers);
-  out->set_num_kv_heads(s.num_kv_heads);
-  out->set_head_dim(s.head_dim);
-  out->set_page_size(s.page_size);
-  out->set_dtype(static_cast<v1::DType>(s.dtype));
-  out->set_tp_rank(s.tp_rank);
-  out->set_tp_size(s.tp_size);
 }
 
 }  // namespace
@@ -163,18 +150,7 @@ absl::StatusOr<NamespaceSpec> Cache::ValidateNamespace(
         absl::StrCat("namespace.tp_rank: ", ns.tp_rank(),
                      " must be below namespace.tp_size=", tp_size));
   }
-  NamespaceSpec spec;
-  spec.model = ns.model();
-  spec.model_revision = ns.model_revision();
-  spec.lora = ns.lora();
-  spec.cache_salt = ns.cache_salt();
-  spec.num_layers = ns.num_layers();
-  spec.num_kv_heads = ns.num_kv_heads();
-  spec.head_dim = ns.head_dim();
-  spec.page_size = ns.page_size();
-  spec.dtype = static_cast<DType>(ns.dtype());
-  spec.tp_rank = ns.tp_rank();
-  spec.tp_size = tp_size;
+  NamespaceSpec spec = NamespaceFromProto(ns);
   const unsigned __int128 bytes = static_cast<unsigned __int128>(spec.num_layers) *
                                   2 * spec.num_kv_heads * spec.page_size *
                                   spec.head_dim * DTypeBytes(spec.dtype);
@@ -600,7 +576,7 @@ void Cache::ListNamespaces(v1::ListNamespacesResponse* resp) const {
   for (const NamespaceInfo& info : t->ListNamespaces()) {
     v1::NamespaceEntry* e = resp->add_namespaces();
     e->set_namespace_id(info.root.ToCanonical());
-    SpecToProto(info.spec, e->mutable_namespace_());
+    NamespaceToProto(info.spec, e->mutable_namespace_());
     e->set_cached_blocks(info.cached_blocks);
     auto it = per_ns.find(info.id);
     e->set_sessions(it == per_ns.end() ? 0 : it->second);
