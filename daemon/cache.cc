@@ -457,20 +457,25 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   return absl::OkStatus();
 }
 
-absl::Status Cache::Commit(const v1::CommitRequest& req,
-                           v1::CommitResponse* resp) {
-  if (req.session_id().empty()) {
+absl::Status Cache::CheckLeaseOwner(absl::string_view session_id,
+                                    LeaseId lease) {
+  if (session_id.empty()) {
     return absl::InvalidArgumentError(
         "session_id: required (the session that acquired the lease)");
   }
   bool expired = false;
   absl::Status owner =
-      sessions_.CheckOwner(req.session_id(), req.lease_id(), absl::Now(), &expired);
+      sessions_.CheckOwner(session_id, lease, absl::Now(), &expired);
   if (expired) {
-    ReleaseLeases({req.lease_id()});
+    ReleaseLeases({lease});
     lease_expired_.fetch_add(1, std::memory_order_relaxed);
   }
-  RETURN_IF_ERROR(owner);
+  return owner;
+}
+
+absl::Status Cache::Commit(const v1::CommitRequest& req,
+                           v1::CommitResponse* resp) {
+  RETURN_IF_ERROR(CheckLeaseOwner(req.session_id(), req.lease_id()));
   RadixTree* t = tree();
   if (t == nullptr) return absl::InternalError("lease without a pool");
   absl::StatusOr<CommitResult> r =
@@ -492,18 +497,7 @@ absl::Status Cache::Commit(const v1::CommitRequest& req,
 }
 
 absl::Status Cache::Release(const v1::ReleaseRequest& req) {
-  if (req.session_id().empty()) {
-    return absl::InvalidArgumentError(
-        "session_id: required (the session that acquired the lease)");
-  }
-  bool expired = false;
-  absl::Status owner =
-      sessions_.CheckOwner(req.session_id(), req.lease_id(), absl::Now(), &expired);
-  if (expired) {
-    ReleaseLeases({req.lease_id()});
-    lease_expired_.fetch_add(1, std::memory_order_relaxed);
-  }
-  RETURN_IF_ERROR(owner);
+  RETURN_IF_ERROR(CheckLeaseOwner(req.session_id(), req.lease_id()));
   sessions_.RemoveLease(req.lease_id());
   RadixTree* t = tree();
   if (t == nullptr) return absl::InternalError("lease without a pool");

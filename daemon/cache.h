@@ -185,6 +185,9 @@ class Cache {
   bool FindNamespace(const BlockKey& root, NamespaceEntry* out) const;
   void FillPoolInfo(v1::PoolInfo* info) const;
   RadixTree* tree() const { return tree_.load(std::memory_order_acquire); }
+  // Commit/Release's ownership check: session_id is set and owns a live
+  // lease. An expired lease is released here (and counted) before NOT_FOUND.
+  absl::Status CheckLeaseOwner(absl::string_view session_id, LeaseId lease);
   void ReleaseLeases(const std::vector<LeaseId>& leases);
   void SweeperLoop();
 
