@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "radix/status_macros.h"
 #include "radixkv/namespace_spec.h"
@@ -419,13 +420,20 @@ void Cache::CloseSession(absl::string_view session_id) {
 
 absl::Status Cache::Acquire(const v1::AcquireRequest& req,
                             v1::AcquireResponse* resp) {
+  // Ending a lease frees a slot, so a request that ends some needs none.
   ASSIGN_OR_RETURN(SessionBinding b,
-                   sessions_.Lookup(req.session_id(), /*need_lease_slot=*/true));
+                   sessions_.Lookup(req.session_id(),
+                                    /*need_lease_slot=*/req.release_leases().empty()));
   ASSIGN_OR_RETURN(Prompt p,
                    ValidatePrompt(FieldsOf(req), b.page_size));
+  RETURN_IF_ERROR(CheckReleaseLeases(req));
   ResolveKeys(b.root, b.page_size, &p);  // hashing: no lock held
   RadixTree* t = tree();
   if (t == nullptr) return absl::InternalError("session without a pool");
+  for (uint64_t lease : req.release_leases()) {
+    sessions_.RemoveLease(lease);
+    RETURN_IF_ERROR(WithField("release_leases", t->Release(lease)));
+  }
   AcquireRequest areq;
   areq.ns = b.ns;
   areq.keys = p.keys;
@@ -453,6 +461,33 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   resp->set_new_blocks(r.new_blocks);
   if (r.lease != 0) {
     resp->set_lease_expires_unix_ms(absl::ToUnixMillis(expires));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cache::CheckReleaseLeases(const v1::AcquireRequest& req) {
+  const auto& leases = req.release_leases();
+  if (leases.size() > kMaxReleaseLeases) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("release_leases: ", leases.size(), " leases, at most ",
+                     kMaxReleaseLeases));
+  }
+  for (int i = 0; i < leases.size(); ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (leases[i] == leases[j]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "release_leases: lease ", leases[i], " is listed twice"));
+      }
+    }
+  }
+  for (uint64_t lease : leases) {
+    absl::Status owner = CheckLeaseOwner(req.session_id(), lease);
+    if (!owner.ok()) {
+      return absl::Status(
+          owner.code(),
+          absl::StrCat("release_leases: ",
+                       absl::StripPrefix(owner.message(), "lease_id: ")));
+    }
   }
   return absl::OkStatus();
 }

@@ -185,6 +185,10 @@ class Cache {
   bool FindNamespace(const BlockKey& root, NamespaceEntry* out) const;
   void FillPoolInfo(v1::PoolInfo* info) const;
   RadixTree* tree() const { return tree_.load(std::memory_order_acquire); }
+  // AcquireRequest.release_leases: at most kMaxReleaseLeases, distinct, each
+  // owned by the session and live. Releases nothing.
+  absl::Status CheckReleaseLeases(const v1::AcquireRequest& req);
+  static constexpr int kMaxReleaseLeases = 64;
   // Commit/Release's ownership check: session_id is set and owns a live
   // lease. An expired lease is released here (and counted) before NOT_FOUND.
   absl::Status CheckLeaseOwner(absl::string_view session_id, LeaseId lease);

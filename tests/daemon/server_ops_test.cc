@@ -326,6 +326,31 @@ TEST_F(ServerTest, BadInputTable) {
        }},
       {"release foreign lease", grpc::StatusCode::NOT_FOUND, "lease_id",
        [sid, foreign](ServerTest* t) { return t->Release(sid, foreign); }},
+      {"acquire releasing a foreign lease", grpc::StatusCode::NOT_FOUND,
+       "release_leases",
+       acquire(sid, [foreign](auto* r) {
+         SetTokens(r, Tokens(8, 1));
+         r->add_release_leases(foreign);
+       })},
+      {"acquire releasing an unknown lease", grpc::StatusCode::NOT_FOUND,
+       "release_leases",
+       acquire(sid, [](auto* r) {
+         SetTokens(r, Tokens(8, 1));
+         r->add_release_leases(987654321);
+       })},
+      {"acquire releasing a lease twice", grpc::StatusCode::INVALID_ARGUMENT,
+       "release_leases",
+       acquire(sid, [](auto* r) {
+         SetTokens(r, Tokens(8, 1));
+         r->add_release_leases(5);
+         r->add_release_leases(5);
+       })},
+      {"acquire releasing too many leases", grpc::StatusCode::INVALID_ARGUMENT,
+       "at most 64",
+       acquire(sid, [](auto* r) {
+         SetTokens(r, Tokens(8, 1));
+         for (uint64_t i = 1; i <= 65; ++i) r->add_release_leases(i);
+       })},
       {"commit without session", grpc::StatusCode::INVALID_ARGUMENT, "session_id",
        [foreign](ServerTest* t) {
          v1::CommitResponse c;

@@ -116,6 +116,64 @@ TEST_F(ServerTest, AcquireCommitReleaseAndHit) {
             grpc::StatusCode::NOT_FOUND);
 }
 
+// AcquireRequest.release_leases ends earlier leases of the session before the
+// new Acquire, as Release would, so a worker needs one RPC per request.
+TEST_F(ServerTest, AcquireEndsTheLeasesItIsAskedToRelease) {
+  StartServer();
+  SessionStream session(kv_.get(), TestNamespace());
+  ASSERT_TRUE(session.ok());
+  const auto tokens = Tokens(16, 3);  // 4 full blocks
+  v1::AcquireResponse first;
+  ASSERT_TRUE(Acquire(session.id(), tokens, true, &first).ok());
+  v1::CommitResponse c;
+  ASSERT_TRUE(Commit(session.id(), first.lease_id(), 4, true, &c).ok());
+
+  v1::AcquireResponse hit1;
+  ASSERT_TRUE(Acquire(session.id(), tokens, false, &hit1).ok());
+  ASSERT_EQ(hit1.matched_blocks(), 4u);
+  EXPECT_EQ(Stats().leases(), 1u);
+
+  // The next request's Acquire ends hit1's lease: still one lease, and it
+  // is the new one.
+  v1::AcquireRequest req;
+  req.set_session_id(session.id());
+  SetTokens(&req, tokens);
+  req.add_release_leases(hit1.lease_id());
+  v1::AcquireResponse hit2;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    ASSERT_TRUE(kv_->Acquire(&ctx, req, &hit2).ok());
+  }
+  EXPECT_EQ(hit2.matched_blocks(), 4u);
+  EXPECT_NE(hit2.lease_id(), hit1.lease_id());
+  v1::Stats s = Stats();
+  EXPECT_EQ(s.leases(), 1u);
+  EXPECT_EQ(s.pinned_pages(), 4u);
+  ExpectInvariants(s);
+  EXPECT_EQ(Release(session.id(), hit1.lease_id()).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  // A list with one bad lease releases none of them.
+  req.clear_release_leases();
+  req.add_release_leases(hit2.lease_id());
+  req.add_release_leases(hit1.lease_id());  // already ended
+  v1::AcquireResponse refused;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    grpc::Status st = kv_->Acquire(&ctx, req, &refused);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_NE(st.error_message().find("release_leases"), std::string::npos)
+        << st.error_message();
+  }
+  s = Stats();
+  EXPECT_EQ(s.leases(), 1u);
+  EXPECT_EQ(s.pinned_pages(), 4u);
+  ASSERT_TRUE(Release(session.id(), hit2.lease_id()).ok());
+  EXPECT_EQ(Stats().leases(), 0u);
+}
+
 // The four prompt forms name the same blocks: tokens and tokens_le give the
 // same keys, matches and pages; block_keys and block_keys_packed too.
 TEST_F(ServerTest, PromptFormsAreEquivalent) {
