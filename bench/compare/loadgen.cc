@@ -10,6 +10,9 @@
 //                 returned lease is ended with a Release before that slot
 //                 sends its next Acquire (latency and rate count Acquire only,
 //                 rpcs_per_second counts both)
+//                 (--release_in_acquire: no Release calls; each slot ends
+//                 its previous lease through AcquireRequest.release_leases
+//                 of its next Acquire, one RPC per request)
 //   acquire_miss  KvCache/Acquire(allocate=false) of a never-cached prompt
 //                 (no lease is created, so no Release is needed)
 //
@@ -80,6 +83,9 @@ ABSL_FLAG(bool, packed_keys, false,
 ABSL_FLAG(bool, tokens_le, false,
           "send the prompt as bytes tokens_le (little-endian u32) instead of "
           "repeated uint32 tokens in the measured Acquire/Match calls");
+ABSL_FLAG(bool, release_in_acquire, false,
+          "acquire: end each slot's previous lease with release_leases in its "
+          "next Acquire instead of a separate Release call");
 ABSL_FLAG(std::string, label, "", "free-form label copied into the output");
 ABSL_FLAG(bool, json, false, "print one JSON object");
 ABSL_FLAG(std::string, write_body, "",
@@ -176,6 +182,7 @@ std::string PackedPromptKeys(uint32_t blocks, uint32_t page_size,
 struct Options {
   bool key_mode = false;     // keys instead of tokens in Acquire/Match
   bool packed_keys = false;  // key mode, keys in block_keys_packed
+  bool release_in_acquire = false;  // acquire: piggyback the previous Release
   std::string endpoint;
   std::string method;
   int connections = 4;
@@ -197,6 +204,7 @@ struct Conn {
       session;
   std::string session_id;
   grpc::ByteBuffer request;  // the pre-serialized body for this connection
+  std::string request_bytes;  // the same body as bytes (release_in_acquire)
 };
 
 class LoadGen {
@@ -361,6 +369,7 @@ class LoadGen {
           FillPrompt(o_.prompt_blocks, o_.page_size, base, a.mutable_tokens());
         }
         c->request = Serialize(a);
+        c->request_bytes = a.SerializeAsString();
       }
     }
     return absl::OkStatus();
@@ -412,14 +421,16 @@ class LoadGen {
     if (json) {
       std::cout << absl::StrFormat(
           "{\"label\": \"%s\", \"method\": \"%s\", \"key_mode\": %s, "
-          "\"packed_keys\": %s, \"connections\": %d, "
+          "\"packed_keys\": %s, \"release_in_acquire\": %s, "
+          "\"connections\": %d, "
           "\"inflight\": %d, \"offered_rate\": %.0f, \"seconds\": %.2f, "
           "\"completed\": %d, \"requests_per_second\": %.1f, "
           "\"rpcs_per_second\": %.1f, \"errors\": %d, \"p50_us\": %.1f, "
           "\"p90_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
           "\"max_us\": %.1f, \"first_error\": \"%s\"}\n",
           label, o_.method, o_.key_mode ? "true" : "false",
-          o_.packed_keys ? "true" : "false", o_.connections,
+          o_.packed_keys ? "true" : "false",
+          o_.release_in_acquire ? "true" : "false", o_.connections,
           o_.rate > 0 ? 0 : o_.inflight,
           o_.rate, secs, completed_, rps, rpcs, errors_, pct(0.5), pct(0.9),
           pct(0.99), pct(0.999), latency_ns_.empty() ? 0.0 : latency_ns_.back() / 1e3,
@@ -468,6 +479,7 @@ class LoadGen {
  private:
   struct Call {
     Conn* conn = nullptr;
+    uint64_t held_lease = 0;  // release_in_acquire: ended by the next Acquire
     int64_t start_ns = 0;  // send time (closed loop) or scheduled time (open loop)
     std::unique_ptr<grpc::ClientContext> ctx;
     grpc::ByteBuffer request;
@@ -490,7 +502,18 @@ class LoadGen {
   void Issue(Call* call) {
     inflight_.fetch_add(1);
     call->ctx = NewContext();
-    call->request = call->conn->request;
+    if (call->held_lease != 0) {
+      // Serialized messages concatenate as a merge: the base body plus a
+      // message holding only release_leases is the body with that field.
+      pb::AcquireRequest release;
+      release.add_release_leases(call->held_lease);
+      std::string body = call->conn->request_bytes;
+      release.AppendToString(&body);
+      grpc::Slice slice(body);
+      call->request = grpc::ByteBuffer(&slice, 1);
+    } else {
+      call->request = call->conn->request;
+    }
     call->conn->generic->UnaryCall(
         call->ctx.get(), path_, grpc::StubOptions(), &call->request,
         &call->response, [this, call](grpc::Status s) { OnDone(call, s); });
@@ -512,6 +535,14 @@ class LoadGen {
   void OnDone(Call* call, const grpc::Status& s) {
     const int64_t end = NowNs();
     Record(call->start_ns, end, s);
+    if (s.ok() && release_leases_ && o_.release_in_acquire) {
+      pb::AcquireResponse resp;
+      // The previous lease ended with this call; the new one waits for the
+      // slot's next Acquire.
+      if (Parse(&call->response, &resp)) call->held_lease = resp.lease_id();
+      Next(call);
+      return;
+    }
     if (s.ok() && release_leases_) {
       pb::AcquireResponse resp;
       if (Parse(&call->response, &resp) && resp.lease_id() != 0) {
@@ -593,6 +624,7 @@ int main(int argc, char** argv) {
   radixkv::bench::Options o;
   o.endpoint = absl::GetFlag(FLAGS_endpoint);
   o.packed_keys = absl::GetFlag(FLAGS_packed_keys);
+  o.release_in_acquire = absl::GetFlag(FLAGS_release_in_acquire);
   o.key_mode = absl::GetFlag(FLAGS_key_mode) || o.packed_keys;
   o.method = absl::GetFlag(FLAGS_method);
   o.connections = absl::GetFlag(FLAGS_connections);
