@@ -49,7 +49,8 @@ class CublasHandle {
 
  private:
   explicit CublasHandle(void* handle) : handle_(handle) {}
-  void* handle_;  // cublasHandle_t
+  // cublasHandle_t; unused in builds without CUDA.
+  [[maybe_unused]] void* handle_;
 };
 
 }  // namespace radixkv::gpu
