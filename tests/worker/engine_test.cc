@@ -12,23 +12,13 @@
 #include "client/worker/model.h"
 #include "client/worker/prefix_cache.h"
 #include "gtest/gtest.h"
+#include "tests/worker/worker_test_util.h"
 
 namespace radixkv::worker {
 namespace {
 
 std::vector<uint32_t> Prompt(uint32_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint32_t> t(n);
-  for (uint32_t& x : t) x = rng() % 512;
-  return t;
-}
-
-float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float m = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
+  return radixkv::worker::Prompt(n, /*vocab=*/512, seed);
 }
 
 class EngineTest : public ::testing::Test {

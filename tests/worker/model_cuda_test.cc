@@ -21,26 +21,12 @@
 #include "gpu/cuda_kernels_util.h"
 #include "gpu/kv_ops.h"
 #include "gtest/gtest.h"
+#include "tests/worker/worker_test_util.h"
 
 namespace radixkv::worker {
 namespace {
 
 constexpr float kTolerance = 1e-3f;
-
-std::vector<uint32_t> Prompt(uint32_t n, uint32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint32_t> t(n);
-  for (uint32_t& x : t) x = rng() % vocab;
-  return t;
-}
-
-float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
 
 class ModelCudaTest : public ::testing::TestWithParam<uint32_t> {
  protected:

@@ -13,23 +13,10 @@
 #include "client/worker/model.h"
 #include "gpu/kv_ops.h"
 #include "gtest/gtest.h"
+#include "tests/worker/worker_test_util.h"
 
 namespace radixkv::worker {
 namespace {
-
-std::vector<uint32_t> Prompt(uint32_t n, uint32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint32_t> t(n);
-  for (uint32_t& x : t) x = rng() % vocab;
-  return t;
-}
-
-float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
 
 class ModelEquivalenceTest : public ::testing::TestWithParam<uint32_t> {
  protected:
