@@ -19,12 +19,6 @@
 namespace radixkv::bench {
 namespace {
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 class LibraryClient final : public ReplayClient {
  public:
   LibraryClient(std::unique_ptr<Client> client, const DaemonOptions& o)

@@ -15,12 +15,6 @@
 namespace radixkv::bench {
 namespace {
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 class InProcClient final : public ReplayClient {
  public:
   InProcClient(RadixTree* tree, NamespaceId ns, uint32_t page_size)

@@ -14,6 +14,7 @@
 #ifndef RADIXKV_BENCH_REPLAY_TARGETS_H_
 #define RADIXKV_BENCH_REPLAY_TARGETS_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,6 +24,13 @@
 #include "radix/block_key.h"
 
 namespace radixkv::bench {
+
+// Monotonic clock in nanoseconds, for latency samples.
+inline int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // The namespace every replay uses: model "radixkv-replay", page_size from the
 // flag, a plausible KV layout (the `none` pool ignores it).
