@@ -9,6 +9,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "radixkv/channel.h"
 
 #if defined(RADIXKV_CLIENT_HAVE_ATTACH)
 #include "client/attach.h"
@@ -25,7 +26,7 @@ int ToMillis(absl::Duration d) {
 
 std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& options,
                                            const std::string& target) {
-  grpc::ChannelArguments args;
+  grpc::ChannelArguments args = ClientChannelArguments();
   // Reconnect quickly after a daemon restart; our own session backoff sits
   // on top of this.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,

@@ -60,6 +60,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "radix/block_key.h"
+#include "radixkv/channel.h"
 #include "radixkv/v1/radixkv.grpc.pb.h"
 #include "radixkv/v1/radixkv.pb.h"
 
@@ -243,7 +244,7 @@ class LoadGen {
     const bool needs_session = o_.method != "health";
     for (int i = 0; i < o_.connections; ++i) {
       auto c = std::make_unique<Conn>();
-      grpc::ChannelArguments args;
+      grpc::ChannelArguments args = ClientChannelArguments();
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
       c->channel = grpc::CreateCustomChannel(
           o_.endpoint, grpc::InsecureChannelCredentials(), args);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/replay/targets.h"
+#include "radixkv/channel.h"
 #include "radixkv/v1/radixkv.grpc.pb.h"
 #include "radixkv/v1/radixkv.pb.h"
 
@@ -32,10 +33,9 @@ absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
 }
 
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint) {
-  grpc::ChannelArguments args;
+  grpc::ChannelArguments args = ClientChannelArguments();
   // One connection per client: a private subchannel pool.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
   return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(),
                                    args);

@@ -13,6 +13,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "radix/status_macros.h"
+#include "radixkv/channel.h"
 
 namespace radixkv::ctl {
 
@@ -47,8 +48,9 @@ absl::StatusOr<uint64_t> Args::RequireUint(const std::string& name,
 
 std::shared_ptr<grpc::Channel> Context::Channel() {
   if (channel_ == nullptr) {
-    channel_ = grpc::CreateChannel(global.target,
-                                   grpc::InsecureChannelCredentials());
+    channel_ = grpc::CreateCustomChannel(global.target,
+                                         grpc::InsecureChannelCredentials(),
+                                         ClientChannelArguments());
   }
   return channel_;
 }
