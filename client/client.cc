@@ -157,6 +157,10 @@ Lease::~Lease() { ReleaseBestEffort(); }
 
 void Lease::ReleaseBestEffort() {
   if (lease_id_ == 0) return;
+  if (core_->options().release_delay > absl::ZeroDuration()) {
+    core_->DeferRelease(session_generation_, std::exchange(lease_id_, 0));
+    return;
+  }
   // Errors are deliberately ignored: the daemon also ends the lease with the
   // session or at its TTL.
   absl::Status ignored = Release();
@@ -309,10 +313,29 @@ absl::StatusOr<Lease> Client::AcquireImpl(v1::AcquireRequest req,
     return lease;
   }
   req.set_session_id(session.session_id);
+  // Leases dropped since the last call end with this one.
+  const std::vector<uint64_t> carried =
+      core_->TakeDeferred(session.generation, kMaxReleaseLeasesPerAcquire);
+  req.mutable_release_leases()->Add(carried.begin(), carried.end());
   v1::AcquireResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_.call_timeout);
-  absl::Status s = FromGrpcStatus(core_->stub()->Acquire(&ctx, req, &resp));
+  auto call = [&] {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, options_.call_timeout);
+    return FromGrpcStatus(core_->stub()->Acquire(&ctx, req, &resp));
+  };
+  absl::Status s = call();
+  if (!s.ok() && !carried.empty()) {
+    // The daemon released none of them (all or nothing). When one of them
+    // is the reason (it expired meanwhile), release them one by one and try
+    // the Acquire on its own.
+    const bool their_fault = absl::StartsWith(s.message(), "release_leases");
+    core_->RequeueDeferred(session.generation, carried,
+                           /*release_now=*/their_fault);
+    if (their_fault) {
+      req.clear_release_leases();
+      s = call();
+    }
+  }
   if (!s.ok()) {
     if (IsCallerError(s)) return s;
     if (s.code() == absl::StatusCode::kNotFound) {

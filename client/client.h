@@ -31,7 +31,10 @@
 //   returns an error only for input the daemon would reject anyway
 //   (INVALID_ARGUMENT, FAILED_PRECONDITION).
 // * Every RPC carries a deadline (call_timeout; release_timeout for the
-//   best-effort release in ~Lease).
+//   best-effort release of a dropped Lease).
+// * A Lease dropped while held is ended without a call of its own: its id
+//   rides on the next Acquire (release_leases) or, after release_delay, the
+//   session thread releases it.
 // * A daemon restart loses the cache and every lease; a Lease from before the
 //   restart answers Commit with UNAVAILABLE and Release with OK (the daemon
 //   already dropped it). Its page addresses stay readable/writable: the lease
@@ -93,8 +96,18 @@ struct ClientOptions {
   // Heartbeat period on the session stream. A session with no heartbeat ack
   // for 3 periods is considered dead and re-opened.
   absl::Duration heartbeat_interval = absl::Seconds(2);
-  // Deadline of the best-effort Release sent by ~Lease.
+  // Deadline of a best-effort Release (a dropped Lease).
   absl::Duration release_timeout = absl::Milliseconds(500);
+  // How a Lease that is dropped while still held (its destructor or a move
+  // onto it) ends. Positive: the lease id is queued and rides on this
+  // client's next Acquire (AcquireRequest.release_leases: one RPC per cached
+  // request instead of two); ids still queued after release_delay are sent
+  // as Release calls by the session thread, so the daemon hears of every
+  // dropped lease within about release_delay while the session is open (the
+  // pages stay pinned until then). Zero: the destructor sends the Release
+  // itself and waits for it (up to release_timeout). Commit(release) and
+  // Release() are never deferred.
+  absl::Duration release_delay = absl::Milliseconds(5);
   // The namespace this worker's blocks live in.
   NamespaceSpec ns;
   // Shown by `radixkvctl sessions`.
@@ -124,9 +137,11 @@ absl::StatusOr<std::string> GrpcTargetForEndpoint(absl::string_view endpoint);
 absl::Status ValidateNamespaceSpec(const NamespaceSpec& spec);
 
 // A pin on the cached prefix of one prompt plus pages allocated for the next
-// blocks; the result of Client::Acquire. Move-only. The destructor releases a
-// lease that is still held (best effort: a short deadline, errors ignored,
-// never throws). A default-constructed or degraded Lease holds nothing.
+// blocks; the result of Client::Acquire. Move-only. The destructor ends a
+// lease that is still held, best effort (errors ignored, never throws, does
+// not block with the default ClientOptions::release_delay: the release rides
+// on the next Acquire or follows within release_delay). A default-constructed
+// or degraded Lease holds nothing.
 //
 // Not thread-safe: one owner at a time.
 class Lease {
@@ -180,8 +195,9 @@ class Lease {
   // otherwise.
   absl::StatusOr<v1::CommitResponse> Commit(uint32_t blocks, bool release);
 
-  // Ends the lease without committing more. OK when not held (idempotent)
-  // or when the session already ended.
+  // Ends the lease without committing more, now (one Release call; not
+  // deferred). OK when not held (idempotent) or when the session already
+  // ended.
   absl::Status Release();
 
  private:

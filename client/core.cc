@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/status.h"
+#include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -120,6 +122,71 @@ absl::Duration Core::NextBackoff(absl::Duration base) {
   return base * dist(rng_);
 }
 
+void Core::DeferRelease(uint64_t generation, uint64_t lease_id) {
+  absl::MutexLock lock(&mu_);
+  if (!connected_ || generation != generation_) return;  // already ended
+  const absl::Time now = absl::Now();
+  deferred_.push_back(DeferredRelease{lease_id, now});
+  release_ticking_until_ = now + absl::Seconds(1);
+  // A session thread asleep until its next heartbeat must recompute its
+  // wake-up; one that is ticking wakes soon enough anyway.
+  if (serve_wake_at_ > now + options_.release_delay) serve_wakeup_ = true;
+}
+
+std::vector<uint64_t> Core::TakeDeferred(uint64_t generation, size_t max) {
+  std::vector<uint64_t> ids;
+  absl::MutexLock lock(&mu_);
+  if (!connected_ || generation != generation_) return ids;
+  while (!deferred_.empty() && ids.size() < max) {
+    ids.push_back(deferred_.front().lease_id);
+    deferred_.pop_front();
+  }
+  return ids;
+}
+
+void Core::RequeueDeferred(uint64_t generation,
+                           const std::vector<uint64_t>& ids,
+                           bool release_now) {
+  if (ids.empty()) return;
+  absl::MutexLock lock(&mu_);
+  if (!connected_ || generation != generation_) return;
+  const absl::Time now = absl::Now();
+  // Back at the front, in their order: they are the oldest.
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+    deferred_.push_front(DeferredRelease{*it, now});
+  }
+  if (release_now) release_now_ = true;
+  serve_wakeup_ = true;
+}
+
+std::vector<uint64_t> Core::TakeDueReleases(absl::Time now) {
+  std::vector<uint64_t> ids;
+  while (!deferred_.empty() &&
+         (release_now_ ||
+          deferred_.front().since + options_.release_delay <= now)) {
+    ids.push_back(deferred_.front().lease_id);
+    deferred_.pop_front();
+  }
+  release_now_ = false;
+  return ids;
+}
+
+void Core::SendReleases(const std::string& session_id,
+                        const std::vector<uint64_t>& ids) {
+  v1::ReleaseRequest req;
+  req.set_session_id(session_id);
+  for (uint64_t id : ids) {
+    req.set_lease_id(id);
+    v1::ReleaseResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.release_timeout));
+    const absl::Status s = FromGrpcStatus(stub_->Release(&ctx, req, &resp));
+    // NOT_FOUND: already ended (TTL). An unreachable daemon: the rest end
+    // with the session or at their TTL; do not hold up the heartbeats.
+    if (!s.ok() && s.code() != absl::StatusCode::kNotFound) return;
+  }
+}
+
 void Core::Loop() {
   absl::Duration backoff = options_.reconnect_initial_backoff;
   while (true) {
@@ -190,6 +257,8 @@ absl::Status Core::RunSession() {
       absl::MutexLock lock(&mu_);
       connected_ = false;
       pool_.reset();
+      deferred_.clear();  // the daemon ends the session's leases itself
+      release_now_ = false;
       ctx.TryCancel();
     }
     reader.join();
@@ -255,26 +324,48 @@ absl::Status Core::RunSession() {
     last_ack_ = absl::Now();
   }
 
-  // Serve: heartbeats until the stream ends, acks stop, or we are stopped.
+  // Serve: heartbeats and due releases until the stream ends, acks stop,
+  // or we are stopped.
   uint64_t nonce = 0;
+  absl::Time next_heartbeat = absl::Now() + options_.heartbeat_interval;
   while (true) {
     absl::Status stop_reason;
     bool ended = false;
+    bool heartbeat_due = false;
+    std::vector<uint64_t> releases;
     {
       absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(this, &Core::EndedOrStopping),
-                           options_.heartbeat_interval);
+      absl::Time wake = next_heartbeat;
+      const absl::Time now = absl::Now();
+      if (release_now_) {
+        wake = now;
+      } else if (!deferred_.empty()) {
+        wake = std::min(wake, deferred_.front().since + options_.release_delay);
+      } else if (now < release_ticking_until_) {
+        wake = std::min(wake, now + options_.release_delay);
+      }
+      serve_wake_at_ = wake;
+      mu_.AwaitWithDeadline(absl::Condition(this, &Core::ServeWakeup), wake);
+      serve_wakeup_ = false;
+      serve_wake_at_ = absl::InfiniteFuture();
+      const absl::Time woke = absl::Now();
       if (stopping_) {
         stop_reason = absl::CancelledError("client closing");
       } else if (stream_ended_) {
         ended = true;
-      } else if (absl::Now() - last_ack_ > 3 * options_.heartbeat_interval) {
+      } else if (woke - last_ack_ > 3 * options_.heartbeat_interval) {
         stop_reason = absl::DeadlineExceededError(
             "session heartbeat not acknowledged for 3 intervals");
+      } else {
+        releases = TakeDueReleases(woke);
+        heartbeat_due = woke >= next_heartbeat;
       }
     }
     if (!stop_reason.ok()) return finish(stop_reason);
     if (ended) break;
+    if (!releases.empty()) SendReleases(info.session_id(), releases);
+    if (!heartbeat_due) continue;
+    next_heartbeat = absl::Now() + options_.heartbeat_interval;
     v1::SessionRequest hb;
     hb.mutable_heartbeat()->set_nonce(++nonce);
     if (!stream->Write(hb)) break;

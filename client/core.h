@@ -9,8 +9,9 @@
 //   connect: start the stream, send `open`, wait up to connect_timeout for
 //            the SessionInfo; with attach_pool, map the pool (AttachPool)
 //   serve:   publish the session (connected, new generation), send a
-//            heartbeat every heartbeat_interval, and watch for the stream's
-//            end or 3 missed heartbeat acks
+//            heartbeat every heartbeat_interval, send Release for dropped
+//            leases that no Acquire carried within release_delay, and watch
+//            for the stream's end or 3 missed heartbeat acks
 //   end:     unpublish (disconnected), cancel the stream, wait with
 //            exponential backoff + jitter, connect again
 //
@@ -24,11 +25,14 @@
 #ifndef RADIXKV_CLIENT_CORE_H_
 #define RADIXKV_CLIENT_CORE_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -76,6 +80,18 @@ class Core {
   ClientState State() const;
   absl::Status WaitForSession(absl::Duration timeout) const;
 
+  // Deferred releases (ClientOptions::release_delay).
+  // Queues lease `lease_id` of session `generation`; dropped when that
+  // session is no longer the open one (the daemon ended its leases).
+  void DeferRelease(uint64_t generation, uint64_t lease_id);
+  // Takes up to `max` queued ids of session `generation`, oldest first, for
+  // an Acquire to carry in release_leases.
+  std::vector<uint64_t> TakeDeferred(uint64_t generation, size_t max);
+  // Puts back ids an Acquire took but the daemon did not release. With
+  // release_now the session thread sends them as Release calls at once.
+  void RequeueDeferred(uint64_t generation, const std::vector<uint64_t>& ids,
+                       bool release_now);
+
  private:
   using Stream = grpc::ClientReaderWriter<v1::SessionRequest,
                                           v1::SessionResponse>;
@@ -92,6 +108,17 @@ class Core {
   bool EndedOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || stream_ended_;
   }
+  bool ServeWakeup() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || stream_ended_ || serve_wakeup_;
+  }
+  // Session-thread side of the deferred releases: the queued ids due by
+  // `now` (all of them when a release was requested at once).
+  std::vector<uint64_t> TakeDueReleases(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends Release for each id (the session thread, no lock held); stops at
+  // the first call that does not reach the daemon.
+  void SendReleases(const std::string& session_id,
+                    const std::vector<uint64_t>& ids);
 
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -116,6 +143,20 @@ class Core {
   bool stream_ended_ ABSL_GUARDED_BY(mu_) = false;
   v1::SessionInfo stream_info_ ABSL_GUARDED_BY(mu_);
   absl::Time last_ack_ ABSL_GUARDED_BY(mu_);
+  // Deferred releases of the open session, oldest first.
+  struct DeferredRelease {
+    uint64_t lease_id;
+    absl::Time since;
+  };
+  std::deque<DeferredRelease> deferred_ ABSL_GUARDED_BY(mu_);
+  bool release_now_ ABSL_GUARDED_BY(mu_) = false;
+  // When the serving session thread wakes next, and whether something
+  // changed that needs it sooner.
+  absl::Time serve_wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  bool serve_wakeup_ ABSL_GUARDED_BY(mu_) = false;
+  // The session thread ticks every release_delay until this time (releases
+  // are flowing), so queuing one rarely needs to wake it.
+  absl::Time release_ticking_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace radixkv::client_internal

@@ -57,6 +57,7 @@
 #include "daemon/session_manager.h"
 #include "gpu/pool.h"
 #include "radix/radix_tree.h"
+#include "radixkv/defaults.h"
 #include "radixkv/v1/radixkv.pb.h"
 
 namespace radixkv::daemon {
@@ -188,7 +189,7 @@ class Cache {
   // AcquireRequest.release_leases: at most kMaxReleaseLeases, distinct, each
   // owned by the session and live. Releases nothing.
   absl::Status CheckReleaseLeases(const v1::AcquireRequest& req);
-  static constexpr int kMaxReleaseLeases = 64;
+  static constexpr int kMaxReleaseLeases = kMaxReleaseLeasesPerAcquire;
   // Commit/Release's ownership check: session_id is set and owns a live
   // lease. An expired lease is released here (and counted) before NOT_FOUND.
   absl::Status CheckLeaseOwner(absl::string_view session_id, LeaseId lease);

@@ -39,7 +39,9 @@ class LibraryClient final : public ReplayClient {
           "Acquire came back degraded (daemon unreachable or late): ",
           client_->state().last_error.ToString()));
     }
-    if (lease->held()) {
+    // A lease with new pages commits them and ends; one with only cached
+    // pages is dropped: its release rides on the next Acquire.
+    if (lease->held() && lease->new_blocks() > 0) {
       absl::StatusOr<v1::CommitResponse> c =
           lease->Commit(lease->new_blocks(), /*release=*/true);
       if (!c.ok()) return c.status();

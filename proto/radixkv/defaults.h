@@ -24,6 +24,9 @@ std::string UnixTarget(const std::string& socket_path);
 
 inline constexpr char kDefaultMetricsListen[] = "127.0.0.1:9464";
 
+// Most lease ids one AcquireRequest.release_leases may carry.
+inline constexpr int kMaxReleaseLeasesPerAcquire = 64;
+
 }  // namespace radixkv
 
 #endif  // RADIXKV_PROTO_RADIXKV_DEFAULTS_H_

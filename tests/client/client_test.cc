@@ -84,7 +84,9 @@ class ClientTest : public ::testing::Test {
 };
 
 TEST_F(ClientTest, LeaseDestructorReleases) {
-  auto client = Connect(Options());
+  ClientOptions o = Options();
+  o.release_delay = absl::ZeroDuration();  // ~Lease sends Release itself
+  auto client = Connect(o);
   ASSERT_NE(client, nullptr);
   {
     absl::StatusOr<Lease> lease = client->Acquire(Prompt(16));
@@ -107,6 +109,90 @@ TEST_F(ClientTest, LeaseDestructorReleases) {
   EXPECT_EQ(after.leases(), 0u);
   EXPECT_EQ(after.writing_pages(), 0u);
   EXPECT_EQ(after.cached_pages(), 0u);
+}
+
+TEST_F(ClientTest, DroppedLeaseRidesOnTheNextAcquire) {
+  ClientOptions o = Options();
+  o.release_delay = absl::Hours(1);  // only an Acquire can end it
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  {
+    absl::StatusOr<Lease> lease = client->Acquire(Prompt(16));
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_TRUE(lease->held());
+  }
+  v1::Stats dropped = Stats();
+  EXPECT_EQ(dropped.leases(), 1u);  // queued, not yet released
+  EXPECT_EQ(dropped.writing_pages(), 4u);
+  absl::StatusOr<Lease> next = client->Acquire(Prompt(8, /*salt=*/1));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_FALSE(next->degraded());
+  ASSERT_TRUE(next->held());
+  v1::Stats after = Stats();
+  EXPECT_EQ(after.leases(), 1u);         // the new one only
+  EXPECT_EQ(after.writing_pages(), 2u);  // the dropped lease's 4 are free
+}
+
+TEST_F(ClientTest, DroppedLeasesBeyondOneAcquireWaitForTheNext) {
+  ClientOptions o = Options();
+  o.release_delay = absl::Hours(1);
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  const uint32_t kDropped = kMaxReleaseLeasesPerAcquire + 6;
+  std::vector<Lease> held;
+  for (uint32_t i = 0; i < kDropped; ++i) {
+    absl::StatusOr<Lease> lease = client->Acquire(Prompt(4, /*salt=*/i + 1));
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_TRUE(lease->held());
+    held.push_back(*std::move(lease));
+  }
+  held.clear();  // all dropped at once
+  EXPECT_EQ(Stats().leases(), kDropped);
+  absl::StatusOr<Lease> a = client->Acquire(Prompt(4, /*salt=*/500));
+  ASSERT_TRUE(a.ok()) << a.status();
+  // 64 rode on the Acquire; 6 remain, plus the new lease.
+  EXPECT_EQ(Stats().leases(), 6u + 1u);
+  absl::StatusOr<Lease> b = client->Acquire(Prompt(4, /*salt=*/501));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(Stats().leases(), 2u);
+}
+
+TEST_F(ClientTest, DroppedLeaseIsReleasedAfterTheDelay) {
+  ClientOptions o = Options();
+  o.release_delay = absl::Milliseconds(50);
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  { ASSERT_TRUE(client->Acquire(Prompt(16)).ok()); }
+  // No further Acquire: the session thread sends the Release.
+  for (int i = 0; i < 100 && Stats().leases() != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  v1::Stats s = Stats();
+  EXPECT_EQ(s.leases(), 0u);
+  EXPECT_EQ(s.writing_pages(), 0u);
+  EXPECT_TRUE(client->connected());
+}
+
+TEST_F(ClientTest, ExpiredDroppedLeaseDoesNotFailTheNextAcquire) {
+  daemon_->Kill(SIGKILL);
+  daemon_->set_extra_flags({"--lease_ttl=1s"});
+  ASSERT_TRUE(daemon_->Start().ok());
+  ClientOptions o = Options();
+  o.release_delay = absl::Hours(1);
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  { ASSERT_TRUE(client->Acquire(Prompt(16)).ok()); }
+  absl::SleepFor(absl::Milliseconds(1500));  // past the lease's TTL
+  // The queued id no longer names a live lease; the Acquire still works,
+  // on the same session.
+  absl::StatusOr<Lease> next = client->Acquire(Prompt(8, /*salt=*/1));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_FALSE(next->degraded());
+  EXPECT_TRUE(next->held());
+  ClientState state = client->state();
+  EXPECT_TRUE(state.connected);
+  EXPECT_EQ(state.reconnects, 0u);
+  EXPECT_EQ(Stats().leases(), 1u);
 }
 
 TEST_F(ClientTest, CommitThenHitAndPin) {

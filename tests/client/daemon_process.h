@@ -51,6 +51,10 @@ class DaemonProcess {
   DaemonProcess& operator=(const DaemonProcess&) = delete;
 
   const std::string& socket() const { return socket_; }
+  // Flags added to the command line of the next Start.
+  void set_extra_flags(std::vector<std::string> flags) {
+    extra_flags_ = std::move(flags);
+  }
   pid_t pid() const { return pid_; }
 
   // Starts radixkvd and waits until its socket accepts gRPC connections.
@@ -62,6 +66,7 @@ class DaemonProcess {
                                      "--metrics_listen=",
                                      "--pool=" + pool_,
                                      "--shutdown_grace=1s"};
+    args.insert(args.end(), extra_flags_.begin(), extra_flags_.end());
     pid_ = fork();
     if (pid_ < 0) return absl::InternalError("fork failed");
     if (pid_ == 0) {
@@ -124,6 +129,7 @@ class DaemonProcess {
   std::string binary_;
   std::string socket_;
   std::string pool_;
+  std::vector<std::string> extra_flags_;
   pid_t pid_ = -1;
   bool stopped_ = false;
 };
