@@ -256,10 +256,15 @@ absl::StatusOr<Cache::Prompt> Cache::ValidatePrompt(const PromptFields& f,
   return p;
 }
 
-void Cache::ResolveKeys(const BlockKey& root, uint32_t page_size, Prompt* p) {
+void Cache::ResolveKeys(const BlockKey& root, uint32_t page_size,
+                        const RadixTree* tree, NamespaceId ns, Prompt* p) {
   if (p->key_mode) return;
   std::vector<BlockKey>& scratch = ThreadKeyScratch();
-  ComputeBlockKeys(root, page_size, p->tokens, &scratch);
+  scratch.clear();
+  size_t known = 0;
+  if (tree != nullptr) known = tree->PrefixKeysByTokens(ns, p->tokens, &scratch);
+  AppendBlockKeys(known == 0 ? root : scratch.back(), page_size,
+                  p->tokens.subspan(known * page_size), &scratch);
   p->keys = scratch;
   p->tokens = p->tokens.first(scratch.size() * page_size);
 }
@@ -427,9 +432,9 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   ASSIGN_OR_RETURN(Prompt p,
                    ValidatePrompt(FieldsOf(req), b.page_size));
   RETURN_IF_ERROR(CheckReleaseLeases(req));
-  ResolveKeys(b.root, b.page_size, &p);  // hashing: no lock held
   RadixTree* t = tree();
   if (t == nullptr) return absl::InternalError("session without a pool");
+  ResolveKeys(b.root, b.page_size, t, b.ns, &p);
   for (uint64_t lease : req.release_leases()) {
     sessions_.RemoveLease(lease);
     RETURN_IF_ERROR(WithField("release_leases", t->Release(lease)));
@@ -438,6 +443,7 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   areq.ns = b.ns;
   areq.keys = p.keys;
   areq.tokens = p.tokens;
+  areq.chain_keys = !p.key_mode;  // keys computed here from the tokens
   areq.allocate = req.allocate();
   areq.max_new_blocks = req.max_new_blocks();
   ASSIGN_OR_RETURN(AcquireResult r, t->Acquire(areq));
@@ -544,15 +550,16 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) 
   ASSIGN_OR_RETURN(Prompt p,
                    ValidatePrompt(FieldsOf(req), spec.page_size));
   const BlockKey root = NamespaceRoot(spec);
-  ResolveKeys(root, spec.page_size, &p);
+  NamespaceEntry ns;
+  RadixTree* t = tree();
+  const bool known = t != nullptr && FindNamespace(root, &ns);
+  ResolveKeys(root, spec.page_size, known ? t : nullptr, ns.id, &p);
   resp->Clear();
   char root_bytes[BlockKey::kBytes];
   root.ToCanonical(root_bytes);
   resp->set_namespace_id(root_bytes, sizeof(root_bytes));
   resp->set_total_blocks(static_cast<uint32_t>(p.keys.size()));
-  NamespaceEntry ns;
-  RadixTree* t = tree();
-  if (t == nullptr || !FindNamespace(root, &ns)) return absl::OkStatus();
+  if (!known) return absl::OkStatus();
   ASSIGN_OR_RETURN(MatchResult r, t->Match(ns.id, p.keys, p.tokens));
   resp->set_matched_blocks(r.matched_blocks);
   resp->set_matched_tokens(uint64_t{r.matched_blocks} * spec.page_size);
@@ -657,7 +664,7 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
   ASSIGN_OR_RETURN(Prompt p,
                    ValidatePrompt(FieldsOf(req), spec.page_size));
   const BlockKey root = NamespaceRoot(spec);
-  ResolveKeys(root, spec.page_size, &p);
+  ResolveKeys(root, spec.page_size, /*tree=*/nullptr, 0, &p);
   resp->Clear();
   resp->set_namespace_id(root.ToCanonical());
   resp->set_total_blocks(static_cast<uint32_t>(p.keys.size()));

@@ -177,9 +177,12 @@ class Cache {
   // views it without copying (see Prompt). Errors name the field and limit.
   absl::StatusOr<Prompt> ValidatePrompt(const PromptFields& f,
                                         uint32_t page_size) const;
-  // Computes the block keys of a tokens prompt (no lock held) and trims the
-  // tokens to full blocks.
-  static void ResolveKeys(const BlockKey& root, uint32_t page_size, Prompt* p);
+  // Computes the block keys of a tokens prompt and trims the tokens to full
+  // blocks. With a tree, the leading blocks it can vouch for by comparing
+  // tokens (RadixTree::PrefixKeysByTokens, a shared lock) are not hashed;
+  // the hashing itself runs with no lock held.
+  static void ResolveKeys(const BlockKey& root, uint32_t page_size,
+                          const RadixTree* tree, NamespaceId ns, Prompt* p);
   // Registers `spec`, creating pool and tree on first use.
   absl::StatusOr<NamespaceEntry> BindNamespace(const NamespaceSpec& spec);
   // The registered namespace with this root, if any.

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "xxhash.h"
 
 namespace radixkv {
@@ -91,7 +92,9 @@ class ChainBuffer {
   static size_t Size(uint32_t n) {
     return BlockKey::kBytes + 4 + size_t{4} * n + 4;
   }
-  std::vector<char> buf_;
+  // Inline up to page_size 64 (most models use 16 or 32): no allocation
+  // per prompt.
+  absl::InlinedVector<char, 24 + 4 * 64> buf_;
 };
 
 int HexValue(char c) {
@@ -213,14 +216,21 @@ void ComputeBlockKeys(const BlockKey& root, uint32_t page_size,
                       absl::Span<const uint32_t> tokens,
                       std::vector<BlockKey>* out) {
   out->clear();
+  AppendBlockKeys(root, page_size, tokens, out);
+}
+
+void AppendBlockKeys(const BlockKey& parent, uint32_t page_size,
+                     absl::Span<const uint32_t> tokens,
+                     std::vector<BlockKey>* out) {
   if (page_size == 0) return;
   const size_t blocks = tokens.size() / page_size;
-  out->reserve(blocks);
+  if (blocks == 0) return;
+  BlockKey key = parent;  // before reserve: `parent` may be out->back()
+  out->reserve(out->size() + blocks);
   ChainBuffer buf(page_size);
-  BlockKey parent = root;
   for (size_t i = 0; i < blocks; ++i) {
-    parent = buf.Chain(parent, tokens.subspan(i * page_size, page_size));
-    out->push_back(parent);
+    key = buf.Chain(key, tokens.subspan(i * page_size, page_size));
+    out->push_back(key);
   }
 }
 

@@ -129,6 +129,14 @@ void ComputeBlockKeys(const BlockKey& root, uint32_t page_size,
                       absl::Span<const uint32_t> tokens,
                       std::vector<BlockKey>* out);
 
+// Appends the keys of `tokens`' full blocks chained from `parent` (the key
+// of the block before them, or the root) to `*out`; the rest of a prompt
+// whose first keys are known. `parent` may refer into *out (out->back()).
+// Nothing for page_size 0.
+void AppendBlockKeys(const BlockKey& parent, uint32_t page_size,
+                     absl::Span<const uint32_t> tokens,
+                     std::vector<BlockKey>* out);
+
 // Incremental hasher for a growing token sequence (a decode that keeps
 // appending): feeds tokens in any amounts and keys each block as it fills.
 //

@@ -273,6 +273,32 @@ void RadixTree::Impl::MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
   }
 }
 
+size_t RadixTree::PrefixKeysByTokens(NamespaceId ns,
+                                     absl::Span<const uint32_t> tokens,
+                                     std::vector<BlockKey>* keys) const {
+  const Impl& m = *impl_;
+  ReaderMutexLock lock(&m.mu);
+  if (ns >= m.namespaces.size()) return 0;
+  const size_t ps = m.namespaces[ns].spec.page_size;
+  const size_t blocks = tokens.size() / ps;
+  PageId parent = kNoPage;
+  PageId next = m.namespaces[ns].hot_root;
+  size_t i = 0;
+  for (; i < blocks && next != kNoPage; ++i) {
+    const Node& n = m.nodes[next];
+    if (n.state != PageState::kCached || !n.chain_keyed || n.ns != ns ||
+        n.parent != parent ||
+        std::memcmp(m.TokensOf(next), tokens.data() + i * ps,
+                    ps * sizeof(uint32_t)) != 0) {
+      break;
+    }
+    keys->push_back(n.key);
+    parent = next;
+    next = n.hot_child;
+  }
+  return i;
+}
+
 void RadixTree::Impl::EndLease(Lease& lease) {
   const uint32_t now = NowSeconds();
   for (PageId p : lease.writing) {
@@ -325,8 +351,13 @@ absl::StatusOr<NamespaceId> RadixTree::RegisterNamespace(
         " differs from the page_size=", m.arena_page_size,
         " this tree's token storage was sized for by its first namespace"));
   }
+  if (m.namespaces.size() >= kMaxNamespaces) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "RegisterNamespace: the tree holds ", kMaxNamespaces,
+        " namespaces, the most it can"));
+  }
   const auto id = static_cast<NamespaceId>(m.namespaces.size());
-  m.namespaces.push_back(Namespace{spec, root, 0});
+  m.namespaces.push_back(Namespace{spec, root, 0, kNoPage});
   m.ns_by_root.emplace(root, id);
   return id;
 }
@@ -396,6 +427,7 @@ absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
   const uint32_t now = m.NowSeconds();
   AcquireResult r;
   r.total_blocks = static_cast<uint32_t>(req.keys.size());
+  r.pages.reserve(req.keys.size());
   m.MatchPath(req.ns, req.keys, req.tokens, &r.pages, &r.collisions);
   r.matched_blocks = static_cast<uint32_t>(r.pages.size());
 
@@ -407,7 +439,12 @@ absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
   m.stats.hash_collisions += r.collisions;
 
   // Pin the matched path before evicting, so eviction cannot take it.
-  for (PageId p : r.pages) m.Pin(p, now);
+  PageId parent = kNoPage;
+  for (PageId p : r.pages) {
+    m.Pin(p, now);
+    m.SetHotChild(req.ns, parent, p);
+    parent = p;
+  }
 
   uint32_t want = 0;
   if (req.allocate) {
@@ -417,6 +454,7 @@ absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
   Lease lease;
   lease.ns = req.ns;
   lease.has_tokens = !req.tokens.empty();
+  lease.chain_keyed = lease.has_tokens && req.chain_keys;
   for (uint32_t k = 0; k < want; ++k) {
     if (m.free_head == kNoPage) {
       if (!m.EvictOne()) break;
@@ -484,6 +522,7 @@ absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
                0);
       if (same) {
         m.Pin(c, now);
+        m.SetHotChild(lease.ns, parent, c);
         lease.path.push_back(c);
         ++r.deduplicated;
         r.pages.push_back(c);
@@ -504,6 +543,9 @@ absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
     n.ns = lease.ns;
     n.state = PageState::kCached;
     n.has_tokens = lease.has_tokens;
+    n.chain_keyed = lease.chain_keyed;
+    n.hot_child = kNoPage;
+    m.SetHotChild(lease.ns, parent, w);
     m.index.insert(w);
     if (parent != kNoPage) ++m.nodes[parent].children;
     ++m.namespaces[lease.ns].cached_blocks;

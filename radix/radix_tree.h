@@ -69,6 +69,8 @@ using LeaseId = uint64_t;
 using NamespaceId = uint32_t;
 
 inline constexpr PageId kNoPage = 0xffffffffu;
+// Most namespaces one tree holds.
+inline constexpr uint32_t kMaxNamespaces = 0xffff;
 
 enum class PageState : uint8_t { kFree = 0, kWriting = 1, kCached = 2 };
 
@@ -116,6 +118,11 @@ struct AcquireRequest {
   bool allocate = false;
   // With allocate: at most this many new pages (0 = one per unmatched block).
   uint32_t max_new_blocks = 0;
+  // The caller vouches that keys == ComputeBlockKeys(namespace root,
+  // page_size, tokens) (the plain chain, no extras), as radixkvd does for
+  // token prompts. Blocks committed from such a lease can later be matched
+  // from tokens without hashing (PrefixKeysByTokens). REQUIRES tokens.
+  bool chain_keys = false;
 };
 
 struct AcquireResult {
@@ -229,6 +236,17 @@ class RadixTree {
   absl::StatusOr<MatchResult> Match(NamespaceId ns,
                                     absl::Span<const BlockKey> keys,
                                     absl::Span<const uint32_t> tokens) const;
+
+  // The keys of a leading run of `tokens`' full blocks, found without
+  // hashing: from the root, each step follows the child most recently
+  // matched or inserted there and accepts it when its stored tokens equal
+  // the block's and it was committed with chain keys, so its key is the one
+  // ChainBlockKey would compute. Appends those keys to *keys and returns how
+  // many; the caller hashes the rest from keys->back() (ComputeBlockKeys
+  // with AppendBlockKeys). A shorter run than the cached prefix is fine: the
+  // hashed keys then find the rest. Changes nothing. 0 for an unknown ns.
+  size_t PrefixKeysByTokens(NamespaceId ns, absl::Span<const uint32_t> tokens,
+                            std::vector<BlockKey>* keys) const;
 
   // Pins the longest cached prefix and, with allocate, takes pages for the
   // following unmatched blocks (evicting LRU leaves as needed; fewer pages

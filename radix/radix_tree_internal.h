@@ -60,9 +60,16 @@ struct Node {
   uint32_t refs = 0;         // leases pinning this node
   uint32_t children = 0;     // cached nodes whose parent is this one
   uint32_t last_used = 0;    // seconds since the tree's epoch
-  NamespaceId ns = 0;
+  // The child most recently matched or inserted below this node: a hint
+  // for PrefixKeysByTokens, checked on every use (it may name a page that
+  // has since been evicted or reused). kNoPage: none yet.
+  PageId hot_child = kNoPage;
+  uint16_t ns = 0;           // RadixTree::kMaxNamespaces bounds it
   PageState state = PageState::kFree;
-  bool has_tokens = false;   // stored tokens valid (false: key mode)
+  bool has_tokens : 1 = false;   // stored tokens valid (false: key mode)
+  // key == ChainBlockKey(parent's key or the root, stored tokens): safe to
+  // derive from a token comparison (AcquireRequest::chain_keys).
+  bool chain_keyed : 1 = false;
 };
 static_assert(sizeof(Node) <= 40, "keep the node within 40 bytes");
 
@@ -138,6 +145,7 @@ struct Lease {
   NamespaceId ns = 0;
   uint32_t matched = 0;         // matched blocks at Acquire
   bool has_tokens = false;
+  bool chain_keyed = false;     // AcquireRequest::chain_keys
   bool broken = false;          // a commit collided; later blocks are orphans
   uint32_t committed = 0;       // writing[0 .. committed) were committed
   std::vector<PageId> path;     // pinned nodes, root first
@@ -149,6 +157,7 @@ struct Namespace {
   NamespaceSpec spec;
   BlockKey root;
   uint64_t cached_blocks = 0;
+  PageId hot_root = kNoPage;  // Node::hot_child for the first block
 };
 
 }  // namespace radix_internal
@@ -205,6 +214,12 @@ struct RadixTree::Impl {
     return n.parent == kNoPage ? namespaces[n.ns].root : nodes[n.parent].key;
   }
   void EndLease(Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Records `child` as the hot child of `parent` (kNoPage: of ns's root).
+  void SetHotChild(NamespaceId ns, PageId parent, PageId child)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    (parent == kNoPage ? namespaces[ns].hot_root : nodes[parent].hot_child) =
+        child;
+  }
   void FlushEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status CheckLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu);
 

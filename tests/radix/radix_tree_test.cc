@@ -84,6 +84,32 @@ class RadixTreeTest : public testing::Test {
     EXPECT_TRUE(c.ok()) << c.status();
     return hold ? a.lease : 0;
   }
+  // Insert with chain_keys: the keys are the plain chain of the tokens.
+  void InsertChain(const Tokens& t) {
+    const auto keys = Keys(t);
+    const Tokens full = Full(t);
+    absl::StatusOr<AcquireResult> a = tree_.Acquire({.ns = ns_,
+                                                     .keys = keys,
+                                                     .tokens = full,
+                                                     .allocate = true,
+                                                     .chain_keys = true});
+    ASSERT_TRUE(a.ok()) << a.status();
+    if (a->lease == 0) return;
+    ASSERT_TRUE(tree_.Commit(a->lease, a->new_blocks, true).ok());
+  }
+  // PrefixKeysByTokens's keys for `t`; each must be the chain key.
+  std::vector<BlockKey> WalkKeys(const Tokens& t) {
+    std::vector<BlockKey> keys;
+    const size_t n = tree_.PrefixKeysByTokens(ns_, t, &keys);
+    EXPECT_EQ(n, keys.size());
+    const std::vector<BlockKey> want = Keys(t);
+    EXPECT_LE(n, want.size());
+    for (size_t i = 0; i < n && i < want.size(); ++i) {
+      EXPECT_EQ(keys[i], want[i]) << "block " << i;
+    }
+    return keys;
+  }
+
   PageId PageOf(const Tokens& t, size_t block) {
     auto e = tree_.Explain(ns_, Keys(t), Full(t));
     return e.ok() && block < e->size() ? (*e)[block].page : kNoPage;
@@ -465,6 +491,99 @@ TEST_F(RadixTreeTest, DumpTreeShallowestFirst) {
   EXPECT_EQ(tree_.DumpTree(0, 100).size(), 2u);
   EXPECT_EQ(tree_.DumpTree(100, 1).size(), 1u);
   EXPECT_GT(tree_.IndexMemoryBytes(), 0u);
+}
+
+TEST_F(RadixTreeTest, PrefixKeysByTokensFollowsChainKeyedBlocks) {
+  const Tokens a = {1, 2, 3, 4, 5, 6, 7};  // 3 full blocks
+  EXPECT_TRUE(WalkKeys(a).empty());        // empty tree
+  InsertChain(a);
+  EXPECT_EQ(WalkKeys(a).size(), 3u);
+  EXPECT_EQ(WalkKeys({1, 2, 3, 4}).size(), 2u);   // a prefix of a
+  EXPECT_EQ(WalkKeys({1, 2, 9, 9, 5, 6}).size(), 1u);  // diverges at block 1
+  EXPECT_TRUE(WalkKeys({9, 2, 3, 4}).empty());
+  // A sibling becomes the hot child of block 0: the walk to a's block 1
+  // stops there (the keys it gives are still right; callers hash the rest).
+  InsertChain({1, 2, 8, 8});
+  EXPECT_EQ(WalkKeys({1, 2, 8, 8}).size(), 2u);
+  EXPECT_EQ(WalkKeys(a).size(), 1u);
+  // Matching a again through Acquire makes its path hot again.
+  AcquireResult r = Acquire(a, /*allocate=*/false);
+  EXPECT_EQ(r.matched_blocks, 3u);
+  ASSERT_TRUE(tree_.Release(r.lease).ok());
+  EXPECT_EQ(WalkKeys(a).size(), 3u);
+  // Evicted blocks are not vouched for, even if a hint still names them.
+  tree_.Clear();
+  EXPECT_TRUE(WalkKeys(a).empty());
+}
+
+TEST_F(RadixTreeTest, PrefixKeysByTokensTrustsOnlyChainKeys) {
+  const Tokens t = {1, 2, 3, 4};
+  Insert(t);  // keys supplied without chain_keys
+  EXPECT_EQ(Lookup(t), 2);
+  EXPECT_TRUE(WalkKeys(t).empty());
+  // Key mode stores no tokens: nothing to compare.
+  const Tokens u = {5, 6, 7, 8};
+  const auto keys = Keys(u);
+  AcquireResult a =
+      tree_.Acquire({.ns = ns_, .keys = keys, .allocate = true}).value();
+  ASSERT_TRUE(tree_.Commit(a.lease, a.new_blocks, true).ok());
+  EXPECT_TRUE(WalkKeys(u).empty());
+  // Another namespace's blocks never answer for this one.
+  NamespaceSpec other = Spec();
+  other.model = "other";
+  const NamespaceId ns2 = Register(other);
+  const auto keys2 = Keys(t, ns2);
+  AcquireResult b = tree_
+                        .Acquire({.ns = ns2,
+                                  .keys = keys2,
+                                  .tokens = t,
+                                  .allocate = true,
+                                  .chain_keys = true})
+                        .value();
+  ASSERT_TRUE(tree_.Commit(b.lease, b.new_blocks, true).ok());
+  EXPECT_TRUE(WalkKeys(t).empty());
+  std::vector<BlockKey> walked;
+  EXPECT_EQ(tree_.PrefixKeysByTokens(ns2, t, &walked), 2u);
+  EXPECT_EQ(walked, keys2);
+  EXPECT_EQ(tree_.PrefixKeysByTokens(/*ns=*/99, t, &walked), 0u);
+}
+
+// Random prompts over a tiny alphabet (many shared prefixes and siblings),
+// a small pool (constant eviction and page reuse): every key the walk
+// vouches for is the chain key.
+TEST_F(RadixTreeTest, PrefixKeysByTokensIsAlwaysAChainPrefix) {
+  uint64_t state = 12345;
+  auto next = [&state](uint32_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>((state >> 33) % n);
+  };
+  size_t walked = 0;
+  for (int round = 0; round < 2000; ++round) {
+    Tokens t(kPageSize * (1 + next(5)));
+    for (uint32_t& x : t) x = next(3);
+    walked += WalkKeys(t).size();
+    if (next(2) == 0) {
+      InsertChain(t);
+    } else {
+      AcquireResult r = Acquire(t, /*allocate=*/false);
+      if (r.lease != 0) ASSERT_TRUE(tree_.Release(r.lease).ok());
+    }
+    if (next(50) == 0) tree_.Evict(1 + next(4));
+  }
+  EXPECT_GT(walked, 100u);  // the walk did vouch for blocks
+}
+
+TEST(BlockKeyAppendTest, ParentMayBeTheVectorsOwnBack) {
+  const BlockKey root{1, 2};
+  const Tokens t = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<BlockKey> want = ComputeBlockKeys(root, 2, t);
+  std::vector<BlockKey> keys = {want[0]};
+  keys.shrink_to_fit();  // the append must grow the vector under `parent`
+  AppendBlockKeys(keys.back(), 2, absl::MakeConstSpan(t).subspan(2), &keys);
+  EXPECT_EQ(keys, want);
+  std::vector<BlockKey> none;
+  AppendBlockKeys(root, 2, {1}, &none);  // no full block
+  EXPECT_TRUE(none.empty());
 }
 
 }  // namespace
