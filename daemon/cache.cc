@@ -25,6 +25,11 @@ std::vector<BlockKey>& ThreadKeyScratch() {
   thread_local std::vector<BlockKey> scratch;
   return scratch;
 }
+// The pages ResolveKeys's token walk found (Prompt::known_pages), likewise.
+std::vector<PageId>& ThreadPageScratch() {
+  thread_local std::vector<PageId> scratch;
+  return scratch;
+}
 
 // tokens_le is read in place as host u32 values; a big-endian host would have
 // to byte-swap into a copy instead.
@@ -260,9 +265,14 @@ void Cache::ResolveKeys(const BlockKey& root, uint32_t page_size,
                         const RadixTree* tree, NamespaceId ns, Prompt* p) {
   if (p->key_mode) return;
   std::vector<BlockKey>& scratch = ThreadKeyScratch();
+  std::vector<PageId>& pages = ThreadPageScratch();
   scratch.clear();
+  pages.clear();
   size_t known = 0;
-  if (tree != nullptr) known = tree->PrefixKeysByTokens(ns, p->tokens, &scratch);
+  if (tree != nullptr) {
+    known = tree->PrefixKeysByTokens(ns, p->tokens, &scratch, &pages);
+  }
+  p->known_pages = pages;
   AppendBlockKeys(known == 0 ? root : scratch.back(), page_size,
                   p->tokens.subspan(known * page_size), &scratch);
   p->keys = scratch;
@@ -444,6 +454,7 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   areq.keys = p.keys;
   areq.tokens = p.tokens;
   areq.chain_keys = !p.key_mode;  // keys computed here from the tokens
+  areq.known_pages = p.known_pages;
   areq.allocate = req.allocate();
   areq.max_new_blocks = req.max_new_blocks();
   ASSIGN_OR_RETURN(AcquireResult r, t->Acquire(areq));

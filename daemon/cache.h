@@ -169,6 +169,9 @@ class Cache {
     // thread's next ValidatePrompt or ResolveKeys, so a Prompt never leaves
     // the thread or the call that made it.
     absl::Span<const BlockKey> keys;
+    // Pages the token walk vouched for (keys' first entries); a view into
+    // this thread's page scratch, like `keys`.
+    absl::Span<const PageId> known_pages;
     bool key_mode = false;
   };
 

@@ -254,11 +254,27 @@ bool RadixTree::Impl::Verifies(PageId p, NamespaceId ns, PageId parent,
 
 void RadixTree::Impl::MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
                                 absl::Span<const uint32_t> tokens,
+                                absl::Span<const PageId> known,
                                 std::vector<PageId>* out,
                                 uint32_t* collisions) const {
   const size_t ps = namespaces[ns].spec.page_size;
   PageId parent = kNoPage;
-  for (size_t i = 0; i < keys.size(); ++i) {
+  size_t i = 0;
+  // Pages a token walk vouched for: a node that is still the cached,
+  // chain-keyed child of `parent` with this key holds these tokens (its key
+  // is the hash of them), so no lookup and no token comparison.
+  for (; i < known.size() && i < keys.size(); ++i) {
+    const PageId p = known[i];
+    if (p >= capacity) break;
+    const Node& n = nodes[p];
+    if (n.state != PageState::kCached || !n.chain_keyed || n.ns != ns ||
+        n.parent != parent || !(n.key == keys[i])) {
+      break;
+    }
+    out->push_back(p);
+    parent = p;
+  }
+  for (; i < keys.size(); ++i) {
     auto it = index.find(keys[i]);
     if (it == index.end()) return;
     const PageId p = *it;
@@ -275,7 +291,8 @@ void RadixTree::Impl::MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
 
 size_t RadixTree::PrefixKeysByTokens(NamespaceId ns,
                                      absl::Span<const uint32_t> tokens,
-                                     std::vector<BlockKey>* keys) const {
+                                     std::vector<BlockKey>* keys,
+                                     std::vector<PageId>* pages) const {
   const Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
   if (ns >= m.namespaces.size()) return 0;
@@ -293,6 +310,7 @@ size_t RadixTree::PrefixKeysByTokens(NamespaceId ns,
       break;
     }
     keys->push_back(n.key);
+    if (pages != nullptr) pages->push_back(next);
     parent = next;
     next = n.hot_child;
   }
@@ -428,7 +446,8 @@ absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
   AcquireResult r;
   r.total_blocks = static_cast<uint32_t>(req.keys.size());
   r.pages.reserve(req.keys.size());
-  m.MatchPath(req.ns, req.keys, req.tokens, &r.pages, &r.collisions);
+  m.MatchPath(req.ns, req.keys, req.tokens, req.known_pages, &r.pages,
+              &r.collisions);
   r.matched_blocks = static_cast<uint32_t>(r.pages.size());
 
   m.stats.lookups++;

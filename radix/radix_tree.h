@@ -123,6 +123,12 @@ struct AcquireRequest {
   // token prompts. Blocks committed from such a lease can later be matched
   // from tokens without hashing (PrefixKeysByTokens). REQUIRES tokens.
   bool chain_keys = false;
+  // Optional: the pages PrefixKeysByTokens walked for keys[0 ..
+  // known_pages.size()). Each is re-checked in O(1) (still cached, chain
+  // keyed, same namespace, parent and key) instead of looked up and
+  // token-compared again; the first that fails the check falls back to the
+  // lookup.
+  absl::Span<const PageId> known_pages;
 };
 
 struct AcquireResult {
@@ -245,8 +251,11 @@ class RadixTree {
   // many; the caller hashes the rest from keys->back() (ComputeBlockKeys
   // with AppendBlockKeys). A shorter run than the cached prefix is fine: the
   // hashed keys then find the rest. Changes nothing. 0 for an unknown ns.
+  // With `pages`, also appends the pages walked (AcquireRequest::
+  // known_pages).
   size_t PrefixKeysByTokens(NamespaceId ns, absl::Span<const uint32_t> tokens,
-                            std::vector<BlockKey>* keys) const;
+                            std::vector<BlockKey>* keys,
+                            std::vector<PageId>* pages = nullptr) const;
 
   // Pins the longest cached prefix and, with allocate, takes pages for the
   // following unmatched blocks (evicting LRU leaves as needed; fewer pages

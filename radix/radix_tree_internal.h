@@ -190,9 +190,10 @@ struct RadixTree::Impl {
                                absl::Span<const uint32_t> tokens) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
   // Walks keys from the root; returns matched pages (verified), counting a
-  // rejected hit in *collisions.
+  // rejected hit in *collisions. `known`: AcquireRequest::known_pages.
   void MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
-                 absl::Span<const uint32_t> tokens, std::vector<PageId>* out,
+                 absl::Span<const uint32_t> tokens,
+                 absl::Span<const PageId> known, std::vector<PageId>* out,
                  uint32_t* collisions) const ABSL_SHARED_LOCKS_REQUIRED(mu);
   // Whether the cached node at `p` is block `i` of this request.
   bool Verifies(PageId p, NamespaceId ns, PageId parent,

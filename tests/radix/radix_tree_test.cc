@@ -573,6 +573,45 @@ TEST_F(RadixTreeTest, PrefixKeysByTokensIsAlwaysAChainPrefix) {
   EXPECT_GT(walked, 100u);  // the walk did vouch for blocks
 }
 
+TEST_F(RadixTreeTest, KnownPagesAreRecheckedNotTrusted) {
+  const Tokens a = {1, 2, 3, 4, 5, 6};
+  const Tokens b = {7, 8, 9, 10, 11, 12};
+  InsertChain(a);
+  std::vector<BlockKey> keys;
+  std::vector<PageId> pages;
+  ASSERT_EQ(tree_.PrefixKeysByTokens(ns_, a, &keys, &pages), 3u);
+  ASSERT_EQ(pages.size(), 3u);
+  auto acquire = [&](const Tokens& t, absl::Span<const PageId> known) {
+    const auto k = Keys(t);
+    AcquireResult r = tree_
+                          .Acquire({.ns = ns_,
+                                    .keys = k,
+                                    .tokens = t,
+                                    .allocate = false,
+                                    .chain_keys = true,
+                                    .known_pages = known})
+                          .value();
+    if (r.lease != 0) EXPECT_TRUE(tree_.Release(r.lease).ok());
+    return r;
+  };
+  // Valid: the same answer as the lookup.
+  AcquireResult hit = acquire(a, pages);
+  EXPECT_EQ(hit.matched_blocks, 3u);
+  EXPECT_EQ(hit.pages, pages);
+  // Another prompt's pages, a page out of range, a shortened list: the
+  // lookup decides.
+  EXPECT_EQ(acquire(b, pages).matched_blocks, 0u);
+  const std::vector<PageId> bogus = {kCapacity + 5, 0, 1};
+  EXPECT_EQ(acquire(a, bogus).matched_blocks, 3u);
+  EXPECT_EQ(acquire(a, absl::MakeConstSpan(pages).first(1)).matched_blocks, 3u);
+  // Stale: a is evicted and its pages reused by b.
+  tree_.Clear();
+  InsertChain(b);
+  AcquireResult stale = acquire(a, pages);
+  EXPECT_EQ(stale.matched_blocks, 0u);
+  EXPECT_TRUE(stale.pages.empty());
+}
+
 TEST(BlockKeyAppendTest, ParentMayBeTheVectorsOwnBack) {
   const BlockKey root{1, 2};
   const Tokens t = {1, 2, 3, 4, 5, 6, 7, 8};
