@@ -571,7 +571,8 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) 
   resp->set_namespace_id(root_bytes, sizeof(root_bytes));
   resp->set_total_blocks(static_cast<uint32_t>(p.keys.size()));
   if (!known) return absl::OkStatus();
-  ASSIGN_OR_RETURN(MatchResult r, t->Match(ns.id, p.keys, p.tokens));
+  ASSIGN_OR_RETURN(MatchResult r,
+                   t->Match(ns.id, p.keys, p.tokens, p.known_pages));
   resp->set_matched_blocks(r.matched_blocks);
   resp->set_matched_tokens(uint64_t{r.matched_blocks} * spec.page_size);
   return absl::OkStatus();

@@ -252,6 +252,29 @@ bool RadixTree::Impl::Verifies(PageId p, NamespaceId ns, PageId parent,
                      block_tokens.size() * sizeof(uint32_t)) == 0;
 }
 
+size_t RadixTree::Impl::KnownPrefix(NamespaceId ns,
+                                   absl::Span<const BlockKey> keys,
+                                   absl::Span<const PageId> known,
+                                   PageId* parent,
+                                   std::vector<PageId>* out) const {
+  // A node that is still the cached, chain-keyed child of `parent` with
+  // this key holds these tokens (its key is their hash): no lookup and no
+  // token comparison needed.
+  size_t i = 0;
+  for (; i < known.size() && i < keys.size(); ++i) {
+    const PageId p = known[i];
+    if (p >= capacity) break;
+    const Node& n = nodes[p];
+    if (n.state != PageState::kCached || !n.chain_keyed || n.ns != ns ||
+        n.parent != *parent || !(n.key == keys[i])) {
+      break;
+    }
+    if (out != nullptr) out->push_back(p);
+    *parent = p;
+  }
+  return i;
+}
+
 void RadixTree::Impl::MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
                                 absl::Span<const uint32_t> tokens,
                                 absl::Span<const PageId> known,
@@ -259,21 +282,7 @@ void RadixTree::Impl::MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
                                 uint32_t* collisions) const {
   const size_t ps = namespaces[ns].spec.page_size;
   PageId parent = kNoPage;
-  size_t i = 0;
-  // Pages a token walk vouched for: a node that is still the cached,
-  // chain-keyed child of `parent` with this key holds these tokens (its key
-  // is the hash of them), so no lookup and no token comparison.
-  for (; i < known.size() && i < keys.size(); ++i) {
-    const PageId p = known[i];
-    if (p >= capacity) break;
-    const Node& n = nodes[p];
-    if (n.state != PageState::kCached || !n.chain_keyed || n.ns != ns ||
-        n.parent != parent || !(n.key == keys[i])) {
-      break;
-    }
-    out->push_back(p);
-    parent = p;
-  }
+  size_t i = KnownPrefix(ns, keys, known, &parent, out);
   for (; i < keys.size(); ++i) {
     auto it = index.find(keys[i]);
     if (it == index.end()) return;
@@ -406,7 +415,8 @@ std::vector<NamespaceInfo> RadixTree::ListNamespaces() const {
 
 absl::StatusOr<MatchResult> RadixTree::Match(
     NamespaceId ns, absl::Span<const BlockKey> keys,
-    absl::Span<const uint32_t> tokens) const {
+    absl::Span<const uint32_t> tokens,
+    absl::Span<const PageId> known_pages) const {
   Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
   if (absl::Status s = m.ValidateRequest("Match", ns, keys, tokens); !s.ok()) {
@@ -418,7 +428,9 @@ absl::StatusOr<MatchResult> RadixTree::Match(
   // Count-only walk (no vector): the hot path of routers and probes.
   const size_t ps = m.namespaces[ns].spec.page_size;
   PageId parent = kNoPage;
-  for (size_t i = 0; i < keys.size(); ++i) {
+  size_t i = m.KnownPrefix(ns, keys, known_pages, &parent, nullptr);
+  r.matched_blocks = static_cast<uint32_t>(i);
+  for (; i < keys.size(); ++i) {
     auto it = m.index.find(keys[i]);
     if (it == m.index.end()) break;
     const auto block = tokens.empty() ? absl::Span<const uint32_t>()

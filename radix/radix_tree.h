@@ -238,10 +238,11 @@ class RadixTree {
 
   // Longest cached prefix of `req.keys`; changes nothing (not even recency).
   // INVALID_ARGUMENT for an unknown ns or a tokens size that is not
-  // keys.size() * page_size.
-  absl::StatusOr<MatchResult> Match(NamespaceId ns,
-                                    absl::Span<const BlockKey> keys,
-                                    absl::Span<const uint32_t> tokens) const;
+  // keys.size() * page_size. `known_pages`: as AcquireRequest::known_pages.
+  absl::StatusOr<MatchResult> Match(
+      NamespaceId ns, absl::Span<const BlockKey> keys,
+      absl::Span<const uint32_t> tokens,
+      absl::Span<const PageId> known_pages = {}) const;
 
   // The keys of a leading run of `tokens`' full blocks, found without
   // hashing: from the root, each step follows the child most recently

@@ -189,6 +189,13 @@ struct RadixTree::Impl {
                                absl::Span<const BlockKey> keys,
                                absl::Span<const uint32_t> tokens) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // How many of `known` (AcquireRequest::known_pages) still hold keys'
+  // leading blocks; appends them to *out (if not null) and leaves *parent
+  // at the last.
+  size_t KnownPrefix(NamespaceId ns, absl::Span<const BlockKey> keys,
+                     absl::Span<const PageId> known, PageId* parent,
+                     std::vector<PageId>* out) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
   // Walks keys from the root; returns matched pages (verified), counting a
   // rejected hit in *collisions. `known`: AcquireRequest::known_pages.
   void MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,

@@ -594,6 +594,11 @@ TEST_F(RadixTreeTest, KnownPagesAreRecheckedNotTrusted) {
     if (r.lease != 0) EXPECT_TRUE(tree_.Release(r.lease).ok());
     return r;
   };
+  auto match = [&](const Tokens& t, absl::Span<const PageId> known) {
+    return tree_.Match(ns_, Keys(t), t, known).value().matched_blocks;
+  };
+  EXPECT_EQ(match(a, pages), 3u);
+  EXPECT_EQ(match(b, pages), 0u);
   // Valid: the same answer as the lookup.
   AcquireResult hit = acquire(a, pages);
   EXPECT_EQ(hit.matched_blocks, 3u);
@@ -607,6 +612,8 @@ TEST_F(RadixTreeTest, KnownPagesAreRecheckedNotTrusted) {
   // Stale: a is evicted and its pages reused by b.
   tree_.Clear();
   InsertChain(b);
+  EXPECT_EQ(match(a, pages), 0u);
+  EXPECT_EQ(match(b, pages), 3u);  // b's own blocks, found by lookup
   AcquireResult stale = acquire(a, pages);
   EXPECT_EQ(stale.matched_blocks, 0u);
   EXPECT_TRUE(stale.pages.empty());
