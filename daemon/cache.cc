@@ -262,19 +262,36 @@ absl::StatusOr<Cache::Prompt> Cache::ValidatePrompt(const PromptFields& f,
 }
 
 void Cache::ResolveKeys(const BlockKey& root, uint32_t page_size,
-                        const RadixTree* tree, NamespaceId ns, Prompt* p) {
-  if (p->key_mode) return;
+                        const RadixTree* tree, NamespaceId ns, bool all_keys,
+                        Prompt* p) {
+  if (p->key_mode) {
+    p->total_blocks = static_cast<uint32_t>(p->keys.size());
+    return;
+  }
   std::vector<BlockKey>& scratch = ThreadKeyScratch();
   std::vector<PageId>& pages = ThreadPageScratch();
   scratch.clear();
   pages.clear();
+  const size_t blocks = p->tokens.size() / page_size;
+  p->total_blocks = static_cast<uint32_t>(blocks);
   size_t known = 0;
   if (tree != nullptr) {
     known = tree->PrefixKeysByTokens(ns, p->tokens, &scratch, &pages);
   }
   p->known_pages = pages;
-  AppendBlockKeys(known == 0 ? root : scratch.back(), page_size,
-                  p->tokens.subspan(known * page_size), &scratch);
+  absl::Span<const uint32_t> rest = p->tokens.subspan(known * page_size);
+  if (!all_keys && tree != nullptr && known < blocks) {
+    // A lookup ends at the first block the tree lacks: hash one block and
+    // go on only if the tree holds it.
+    AppendBlockKeys(known == 0 ? root : scratch.back(), page_size,
+                    rest.first(page_size), &scratch);
+    rest = rest.subspan(page_size);
+    if (!tree->ContainsKey(scratch.back())) rest = {};
+  }
+  if (!rest.empty()) {
+    AppendBlockKeys(scratch.empty() ? root : scratch.back(), page_size, rest,
+                    &scratch);
+  }
   p->keys = scratch;
   p->tokens = p->tokens.first(scratch.size() * page_size);
 }
@@ -444,7 +461,9 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   RETURN_IF_ERROR(CheckReleaseLeases(req));
   RadixTree* t = tree();
   if (t == nullptr) return absl::InternalError("session without a pool");
-  ResolveKeys(b.root, b.page_size, t, b.ns, &p);
+  // Without allocation only the matched prefix matters: stop hashing at
+  // the first block the tree lacks.
+  ResolveKeys(b.root, b.page_size, t, b.ns, /*all_keys=*/req.allocate(), &p);
   for (uint64_t lease : req.release_leases()) {
     sessions_.RemoveLease(lease);
     RETURN_IF_ERROR(WithField("release_leases", t->Release(lease)));
@@ -455,6 +474,7 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   areq.tokens = p.tokens;
   areq.chain_keys = !p.key_mode;  // keys computed here from the tokens
   areq.known_pages = p.known_pages;
+  if (p.keys.size() < p.total_blocks) areq.prompt_blocks = p.total_blocks;
   areq.allocate = req.allocate();
   areq.max_new_blocks = req.max_new_blocks();
   ASSIGN_OR_RETURN(AcquireResult r, t->Acquire(areq));
@@ -564,12 +584,13 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) 
   NamespaceEntry ns;
   RadixTree* t = tree();
   const bool known = t != nullptr && FindNamespace(root, &ns);
-  ResolveKeys(root, spec.page_size, known ? t : nullptr, ns.id, &p);
+  ResolveKeys(root, spec.page_size, known ? t : nullptr, ns.id,
+              /*all_keys=*/false, &p);
   resp->Clear();
   char root_bytes[BlockKey::kBytes];
   root.ToCanonical(root_bytes);
   resp->set_namespace_id(root_bytes, sizeof(root_bytes));
-  resp->set_total_blocks(static_cast<uint32_t>(p.keys.size()));
+  resp->set_total_blocks(p.total_blocks);
   if (!known) return absl::OkStatus();
   ASSIGN_OR_RETURN(MatchResult r,
                    t->Match(ns.id, p.keys, p.tokens, p.known_pages));
@@ -676,7 +697,8 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
   ASSIGN_OR_RETURN(Prompt p,
                    ValidatePrompt(FieldsOf(req), spec.page_size));
   const BlockKey root = NamespaceRoot(spec);
-  ResolveKeys(root, spec.page_size, /*tree=*/nullptr, 0, &p);
+  ResolveKeys(root, spec.page_size, /*tree=*/nullptr, 0, /*all_keys=*/true,
+              &p);
   resp->Clear();
   resp->set_namespace_id(root.ToCanonical());
   resp->set_total_blocks(static_cast<uint32_t>(p.keys.size()));

@@ -172,6 +172,9 @@ class Cache {
     // Pages the token walk vouched for (keys' first entries); a view into
     // this thread's page scratch, like `keys`.
     absl::Span<const PageId> known_pages;
+    // Full blocks of the prompt; `keys` may cover fewer (ResolveKeys
+    // without all_keys).
+    uint32_t total_blocks = 0;
     bool key_mode = false;
   };
 
@@ -180,12 +183,15 @@ class Cache {
   // views it without copying (see Prompt). Errors name the field and limit.
   absl::StatusOr<Prompt> ValidatePrompt(const PromptFields& f,
                                         uint32_t page_size) const;
-  // Computes the block keys of a tokens prompt and trims the tokens to full
-  // blocks. With a tree, the leading blocks it can vouch for by comparing
-  // tokens (RadixTree::PrefixKeysByTokens, a shared lock) are not hashed;
-  // the hashing itself runs with no lock held.
+  // Computes the block keys of a tokens prompt, trims the tokens to the
+  // keyed blocks and sets total_blocks. With a tree, the leading blocks it
+  // can vouch for by comparing tokens (RadixTree::PrefixKeysByTokens, a
+  // shared lock) are not hashed, and without all_keys hashing stops at the
+  // first block the tree does not hold (enough for a lookup; not for
+  // allocating pages). The hashing runs with no lock held.
   static void ResolveKeys(const BlockKey& root, uint32_t page_size,
-                          const RadixTree* tree, NamespaceId ns, Prompt* p);
+                          const RadixTree* tree, NamespaceId ns, bool all_keys,
+                          Prompt* p);
   // Registers `spec`, creating pool and tree on first use.
   absl::StatusOr<NamespaceEntry> BindNamespace(const NamespaceSpec& spec);
   // The registered namespace with this root, if any.

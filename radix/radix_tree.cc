@@ -326,6 +326,12 @@ size_t RadixTree::PrefixKeysByTokens(NamespaceId ns,
   return i;
 }
 
+bool RadixTree::ContainsKey(const BlockKey& key) const {
+  const Impl& m = *impl_;
+  ReaderMutexLock lock(&m.mu);
+  return m.index.contains(key);
+}
+
 void RadixTree::Impl::EndLease(Lease& lease) {
   const uint32_t now = NowSeconds();
   for (PageId p : lease.writing) {
@@ -455,8 +461,17 @@ absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
   }
   const uint32_t ps = m.namespaces[req.ns].spec.page_size;
   const uint32_t now = m.NowSeconds();
+  if (req.prompt_blocks != 0 &&
+      (req.prompt_blocks < req.keys.size() || req.allocate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Acquire: prompt_blocks=", req.prompt_blocks,
+        " must be 0 or, without allocate, at least keys.size()=",
+        req.keys.size()));
+  }
   AcquireResult r;
-  r.total_blocks = static_cast<uint32_t>(req.keys.size());
+  r.total_blocks = req.prompt_blocks != 0
+                       ? req.prompt_blocks
+                       : static_cast<uint32_t>(req.keys.size());
   r.pages.reserve(req.keys.size());
   m.MatchPath(req.ns, req.keys, req.tokens, req.known_pages, &r.pages,
               &r.collisions);

@@ -129,6 +129,11 @@ struct AcquireRequest {
   // token-compared again; the first that fails the check falls back to the
   // lookup.
   absl::Span<const PageId> known_pages;
+  // Full blocks of the whole prompt when `keys` cover only its first blocks
+  // (a caller that stops hashing at the first block the tree lacks; no
+  // allocation then): counted in the lookup statistics and returned as
+  // total_blocks. 0: keys.size().
+  uint32_t prompt_blocks = 0;
 };
 
 struct AcquireResult {
@@ -257,6 +262,9 @@ class RadixTree {
   size_t PrefixKeysByTokens(NamespaceId ns, absl::Span<const uint32_t> tokens,
                             std::vector<BlockKey>* keys,
                             std::vector<PageId>* pages = nullptr) const;
+
+  // Whether a cached block has this key (in any namespace, at any depth).
+  bool ContainsKey(const BlockKey& key) const;
 
   // Pins the longest cached prefix and, with allocate, takes pages for the
   // following unmatched blocks (evicting LRU leaves as needed; fewer pages

@@ -407,6 +407,63 @@ TEST_F(ServerTest, EvictionUnderPressure) {
   ExpectInvariants(s);
 }
 
+// Lookups that allocate nothing stop hashing at the first block the cache
+// lacks; the answer and the statistics still cover the whole prompt.
+TEST_F(ServerTest, LookupsWithoutAllocationCoverTheWholePrompt) {
+  StartServer();
+  const v1::Namespace ns = TestNamespace();
+  SessionStream session(kv_.get(), ns);
+  ASSERT_TRUE(session.ok());
+  auto concat = [](std::vector<uint32_t> a, const std::vector<uint32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const auto prefix = Tokens(16, 30);               // 4 blocks
+  const auto x = concat(prefix, Tokens(16, 31));    // 8 blocks
+  const auto y = concat(prefix, Tokens(16, 32));    // 8 blocks
+  Insert(session.id(), x);
+  Insert(session.id(), y);  // y's block 4 is now the prefix's hot child
+
+  const v1::Stats before = Stats();
+  v1::AcquireResponse a;
+  ASSERT_TRUE(Acquire(session.id(), x, false, &a).ok());
+  EXPECT_EQ(a.total_blocks(), 8u);
+  EXPECT_EQ(a.matched_blocks(), 8u);  // found past the hot child too
+  ASSERT_TRUE(Release(session.id(), a.lease_id()).ok());
+
+  const auto partial = concat(prefix, Tokens(20, 33));  // 4 cached + 5 new
+  v1::AcquireResponse p;
+  ASSERT_TRUE(Acquire(session.id(), partial, false, &p).ok());
+  EXPECT_EQ(p.total_blocks(), 9u);
+  EXPECT_EQ(p.matched_blocks(), 4u);
+  EXPECT_EQ(p.new_blocks(), 0u);
+  EXPECT_EQ(p.pages_size(), 4);
+  ASSERT_TRUE(Release(session.id(), p.lease_id()).ok());
+
+  v1::AcquireResponse miss;
+  ASSERT_TRUE(Acquire(session.id(), Tokens(40, 34), false, &miss).ok());
+  EXPECT_EQ(miss.total_blocks(), 10u);
+  EXPECT_EQ(miss.matched_blocks(), 0u);
+  EXPECT_EQ(miss.lease_id(), 0u);
+
+  const v1::Stats after = Stats();
+  EXPECT_EQ(after.lookup_tokens() - before.lookup_tokens(), (8u + 9u + 10u) * 4u);
+  EXPECT_EQ(after.hit_tokens() - before.hit_tokens(), (8u + 4u) * 4u);
+
+  v1::MatchRequest req;
+  *req.mutable_namespace_() = ns;
+  SetTokens(&req, partial);
+  v1::MatchResponse m;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  ASSERT_TRUE(kv_->Match(&ctx, req, &m).ok());
+  EXPECT_EQ(m.total_blocks(), 9u);
+  EXPECT_EQ(m.matched_blocks(), 4u);
+  EXPECT_EQ(MatchBlocks(ns, Tokens(40, 34)), 0);
+  EXPECT_EQ(MatchBlocks(ns, y), 8);
+  ExpectInvariants(after);
+}
+
 TEST_F(ServerTest, MatchNeedsNoSessionAndChangesNothing) {
   StartServer();
   const v1::Namespace ns = TestNamespace();

@@ -619,6 +619,42 @@ TEST_F(RadixTreeTest, KnownPagesAreRecheckedNotTrusted) {
   EXPECT_TRUE(stale.pages.empty());
 }
 
+TEST_F(RadixTreeTest, PromptBlocksCountsKeysNotHashed) {
+  const Tokens t = {1, 2, 3, 4};
+  Insert(t);
+  const Tokens longer = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // 5 blocks
+  const auto keys = Keys(longer);
+  // Only the first 3 keys sent (the third misses); 5 blocks counted.
+  const auto first3 = absl::MakeConstSpan(keys).first(3);
+  const Tokens tok3(longer.begin(), longer.begin() + 6);
+  const TreeStats before = tree_.GetStats();
+  AcquireResult r = tree_
+                        .Acquire({.ns = ns_,
+                                  .keys = first3,
+                                  .tokens = tok3,
+                                  .prompt_blocks = 5})
+                        .value();
+  EXPECT_EQ(r.total_blocks, 5u);
+  EXPECT_EQ(r.matched_blocks, 2u);
+  ASSERT_TRUE(tree_.Release(r.lease).ok());
+  EXPECT_EQ(tree_.GetStats().lookup_blocks - before.lookup_blocks, 5u);
+  // Fewer blocks than keys, or with allocation: refused.
+  EXPECT_EQ(tree_
+                .Acquire({.ns = ns_, .keys = first3, .tokens = tok3,
+                          .prompt_blocks = 2})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tree_
+                .Acquire({.ns = ns_, .keys = first3, .tokens = tok3,
+                          .allocate = true, .prompt_blocks = 5})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(tree_.ContainsKey(keys[1]));
+  EXPECT_FALSE(tree_.ContainsKey(keys[2]));
+}
+
 TEST(BlockKeyAppendTest, ParentMayBeTheVectorsOwnBack) {
   const BlockKey root{1, 2};
   const Tokens t = {1, 2, 3, 4, 5, 6, 7, 8};
