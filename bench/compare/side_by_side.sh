@@ -13,7 +13,11 @@
 #      A second row sends the same Match in key mode (the 128 keys computed
 #      by the client, in block_keys_packed) to a second daemon started with
 #      --allow_key_mode: the like-for-like comparison with Redis, whose
-#      client also sends hashed keys.
+#      client also sends hashed keys. Both rows are repeated with the same
+#      number of concurrent lookups multiplexed as HTTP/2 streams over
+#      fewer connections (LOOKUP_STREAMS per connection), as one gRPC
+#      channel per worker carries them; Redis has no equivalent short of
+#      pipelining, which the 128 EXISTS already use.
 #  (c) in-process hash+match, eviction and index memory (inproc_figures),
 #      printed next to the anchors' PUBLISHED figures (not measured here).
 #
@@ -21,7 +25,8 @@
 #
 # Environment: DURATION (s per measurement, default 5), CONNS/INFLIGHT for
 # (a) saturation (default 4 x 16), SHORT_BLOCKS (a second, short prompt for
-# (a), default 8 blocks), LOOKUP_CONC for (b) (default 16),
+# (a), default 8 blocks), LOOKUP_CONC for (b) (default 16), LOOKUP_STREAMS
+# (streams per connection for (b)'s multiplexed rows, default 4),
 # OUT (a JSON-lines file for the results; default $WORK/results.jsonl),
 # LOADGEN_FLAGS (extra loadgen flags for every radixkv measurement, e.g.
 # --key_mode, which needs RADIXKVD_FLAGS=--allow_key_mode), RADIXKVD_FLAGS.
@@ -35,6 +40,8 @@ duration=${DURATION:-5}
 conns=${CONNS:-4}
 inflight=${INFLIGHT:-16}
 lookup_conc=${LOOKUP_CONC:-16}
+lookup_streams=${LOOKUP_STREAMS:-4}
+lookup_mux_conns=$(( lookup_conc / lookup_streams > 0 ? lookup_conc / lookup_streams : 1 ))
 prompt_blocks=128
 short_blocks=${SHORT_BLOCKS:-8}
 page_size=16
@@ -177,10 +184,21 @@ kmatch=$("$loadgen" --endpoint="unix:$ksock" --duration="$duration" --warmup=1 -
   "${extra_flags[@]}" --packed_keys --method=match --connections="$lookup_conc" --inflight=1 \
   --prompt_blocks=$prompt_blocks --page_size=$page_size --label=match_packed_keys_vs_redis)
 echo "$kmatch" >>"$out"
-/usr/bin/python3 - "$match" "$redis_rps" "${h2:-}" "$prompt_blocks" "$out" "$kmatch" <<'EOF'
+# The same concurrency as HTTP/2 streams over fewer connections.
+mux=$(lg --method=match --connections="$lookup_mux_conns" --inflight="$lookup_streams" \
+  --prompt_blocks=$prompt_blocks --page_size=$page_size --label=match_vs_redis_mux)
+echo "$mux" >>"$out"
+kmux=$("$loadgen" --endpoint="unix:$ksock" --duration="$duration" --warmup=1 --json \
+  "${extra_flags[@]}" --packed_keys --method=match --connections="$lookup_mux_conns" \
+  --inflight="$lookup_streams" --prompt_blocks=$prompt_blocks --page_size=$page_size \
+  --label=match_packed_keys_vs_redis_mux)
+echo "$kmux" >>"$out"
+/usr/bin/python3 - "$match" "$redis_rps" "${h2:-}" "$prompt_blocks" "$out" "$kmatch" "$mux" "$kmux" "$lookup_mux_conns" "$lookup_streams" <<'EOF'
 import json, sys
 m = json.loads(sys.argv[1]); redis_exists = float(sys.argv[2]); h2 = sys.argv[3]
 blocks = int(sys.argv[4]); k = json.loads(sys.argv[6])
+mux = json.loads(sys.argv[7]); kmux = json.loads(sys.argv[8])
+mux_shape = "%s connections x %s streams" % (sys.argv[9], sys.argv[10])
 redis_lookups = redis_exists / blocks
 print("Redis 7, %d pipelined EXISTS      %9.0f lookups/s (%.0f EXISTS/s)" % (blocks, redis_lookups, redis_exists))
 print("radixkv Match (loadgen)          %9.0f lookups/s  p50 %.0f us  p99 %.0f us  errors %d"
@@ -194,6 +212,10 @@ if h2:
 print("radixkv Match, key mode (block_keys_packed, loadgen) %9.0f lookups/s  p50 %.0f us  p99 %.0f us  errors %d"
       % (k["requests_per_second"], k["p50_us"], k["p99_us"], k["errors"]))
 print("ratio Match, key mode (block_keys_packed) / Redis : %.2fx   target >= 3x" % (k["requests_per_second"] / redis_lookups))
+for name, r in (("tokens", mux), ("key mode", kmux)):
+    print("radixkv Match, %-8s, %s %9.0f lookups/s  p99 %.0f us  errors %d  ratio %.2fx"
+          % (name, mux_shape, r["requests_per_second"], r["p99_us"], r["errors"],
+             r["requests_per_second"] / redis_lookups))
 EOF
 
 echo
