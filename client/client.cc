@@ -247,6 +247,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
         "call_timeout, connect_timeout, heartbeat_interval and "
         "release_timeout must be positive");
   }
+  if (options.release_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "release_delay must not be negative, got ",
+        absl::FormatDuration(options.release_delay)));
+  }
   if (options.reconnect_initial_backoff <= absl::ZeroDuration() ||
       options.reconnect_max_backoff < options.reconnect_initial_backoff) {
     return absl::InvalidArgumentError(

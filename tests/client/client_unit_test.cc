@@ -96,6 +96,12 @@ TEST(ClientCreate, RejectsBadOptionsNamingTheField) {
   o.endpoint = "not an endpoint";
   c = Client::Create(o);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+
+  o.endpoint = "";
+  o.release_delay = absl::Milliseconds(-1);
+  c = Client::Create(o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("release_delay"), absl::string_view::npos);
 }
 
 TEST(ClientDegrades, NoDaemonMeansEmptyLeaseNotError) {
