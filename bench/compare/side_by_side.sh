@@ -238,3 +238,11 @@ print("published vLLM eviction: 0.6-1.0 us per block (DESIGN.md §12); vLLM ~200
 EOF
 echo
 echo "# results: $out ; logs: $work"
+# A measurement with failed calls is not a result.
+/usr/bin/python3 - "$out" <<'EOF'
+import json, sys
+bad = [r.get("label", "?") for r in map(json.loads, open(sys.argv[1]))
+       if r.get("errors", 0)]
+if bad:
+    sys.exit("Error: calls failed in: " + ", ".join(bad))
+EOF
