@@ -284,9 +284,8 @@ void RadixTree::Impl::MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
   PageId parent = kNoPage;
   size_t i = KnownPrefix(ns, keys, known, &parent, out);
   for (; i < keys.size(); ++i) {
-    auto it = index.find(keys[i]);
-    if (it == index.end()) return;
-    const PageId p = *it;
+    const PageId p = FindByKey(ns, parent, keys[i]);
+    if (p == kNoPage) return;
     const auto block = tokens.empty() ? absl::Span<const uint32_t>()
                                       : tokens.subspan(i * ps, ps);
     if (!Verifies(p, ns, parent, block)) {
@@ -437,15 +436,15 @@ absl::StatusOr<MatchResult> RadixTree::Match(
   size_t i = m.KnownPrefix(ns, keys, known_pages, &parent, nullptr);
   r.matched_blocks = static_cast<uint32_t>(i);
   for (; i < keys.size(); ++i) {
-    auto it = m.index.find(keys[i]);
-    if (it == m.index.end()) break;
+    const PageId p = m.FindByKey(ns, parent, keys[i]);
+    if (p == kNoPage) break;
     const auto block = tokens.empty() ? absl::Span<const uint32_t>()
                                       : tokens.subspan(i * ps, ps);
-    if (!m.Verifies(*it, ns, parent, block)) {
+    if (!m.Verifies(p, ns, parent, block)) {
       ++r.collisions;
       break;
     }
-    parent = *it;
+    parent = p;
     ++r.matched_blocks;
   }
   return r;

@@ -222,6 +222,22 @@ struct RadixTree::Impl {
     return n.parent == kNoPage ? namespaces[n.ns].root : nodes[n.parent].key;
   }
   void EndLease(Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The cached node with `key`, trying the hot child of `parent` (kNoPage:
+  // ns's root) before the key index: along a chain the hint is right and
+  // costs one load instead of a hash-set probe. Keys are unique among
+  // cached nodes, so a hinted node with this key is the index's answer.
+  // kNoPage when no cached node has the key.
+  PageId FindByKey(NamespaceId ns, PageId parent, const BlockKey& key) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    const PageId hint =
+        parent == kNoPage ? namespaces[ns].hot_root : nodes[parent].hot_child;
+    if (hint != kNoPage && nodes[hint].state == PageState::kCached &&
+        nodes[hint].key == key) {
+      return hint;
+    }
+    auto it = index.find(key);
+    return it == index.end() ? kNoPage : *it;
+  }
   // Records `child` as the hot child of `parent` (kNoPage: of ns's root).
   void SetHotChild(NamespaceId ns, PageId parent, PageId child)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
