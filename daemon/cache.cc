@@ -31,6 +31,22 @@ std::vector<PageId>& ThreadPageScratch() {
   return scratch;
 }
 
+// NamespaceRoot(spec), remembering the last spec this thread saw: Match
+// names its namespace on every call (no session), and a router asks about
+// the same one again and again; comparing the spec is cheaper than hashing
+// it.
+BlockKey ThreadCachedRoot(const NamespaceSpec& spec) {
+  thread_local NamespaceSpec last_spec;
+  thread_local BlockKey last_root;
+  thread_local bool valid = false;
+  if (!valid || !(spec == last_spec)) {
+    last_root = NamespaceRoot(spec);
+    last_spec = spec;
+    valid = true;
+  }
+  return last_root;
+}
+
 // tokens_le is read in place as host u32 values; a big-endian host would have
 // to byte-swap into a copy instead.
 static_assert(std::endian::native == std::endian::little,
@@ -580,7 +596,7 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) 
   ASSIGN_OR_RETURN(NamespaceSpec spec, ValidateNamespace(req.namespace_()));
   ASSIGN_OR_RETURN(Prompt p,
                    ValidatePrompt(FieldsOf(req), spec.page_size));
-  const BlockKey root = NamespaceRoot(spec);
+  const BlockKey root = ThreadCachedRoot(spec);
   NamespaceEntry ns;
   RadixTree* t = tree();
   const bool known = t != nullptr && FindNamespace(root, &ns);

@@ -32,13 +32,6 @@ void StoreBE64(char* p, uint64_t v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
-uint64_t LoadBE64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof(v));
-  if constexpr (std::endian::native == std::endian::little) v = __builtin_bswap64(v);
-  return v;
-}
-
 // H(b): XXH3-128 with seed 0. The canonical form is high64 then low64, each
 // big-endian, and BlockKey{hi, lo} parses it back into exactly those halves,
 // so the halves are taken directly (no canonical round trip).
@@ -105,14 +98,6 @@ int HexValue(char c) {
 }
 
 }  // namespace
-
-BlockKey BlockKey::FromCanonical(absl::string_view bytes) {
-  BlockKey k;
-  if (bytes.size() != kBytes) return k;
-  k.hi = LoadBE64(bytes.data());
-  k.lo = LoadBE64(bytes.data() + 8);
-  return k;
-}
 
 bool BlockKey::FromHex(absl::string_view hex, BlockKey* out) {
   if (hex.size() != 2 * kBytes) return false;

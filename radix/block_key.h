@@ -23,8 +23,10 @@
 #ifndef RADIXKV_RADIX_BLOCK_KEY_H_
 #define RADIXKV_RADIX_BLOCK_KEY_H_
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,8 +48,19 @@ struct BlockKey {
 
   static constexpr size_t kBytes = 16;
 
-  // Parses the 16-byte canonical form. REQUIRES: bytes.size() == kBytes.
-  static BlockKey FromCanonical(absl::string_view bytes);
+  // Parses the 16-byte canonical form; {0, 0} for another size. Inline: key
+  // mode parses one per block of every request.
+  static BlockKey FromCanonical(absl::string_view bytes) {
+    BlockKey k;
+    if (bytes.size() != kBytes) return k;
+    std::memcpy(&k.hi, bytes.data(), 8);
+    std::memcpy(&k.lo, bytes.data() + 8, 8);
+    if constexpr (std::endian::native == std::endian::little) {
+      k.hi = __builtin_bswap64(k.hi);
+      k.lo = __builtin_bswap64(k.lo);
+    }
+    return k;
+  }
   // Parses 32 hex digits (either case); false on any other input.
   static bool FromHex(absl::string_view hex, BlockKey* out);
 

@@ -243,15 +243,6 @@ absl::Status RadixTree::Impl::ValidateRequest(
   return absl::OkStatus();
 }
 
-bool RadixTree::Impl::Verifies(PageId p, NamespaceId ns, PageId parent,
-                               absl::Span<const uint32_t> block_tokens) const {
-  const Node& n = nodes[p];
-  if (n.ns != ns || n.parent != parent) return false;
-  if (block_tokens.empty() || !n.has_tokens) return true;  // unverifiable
-  return std::memcmp(TokensOf(p), block_tokens.data(),
-                     block_tokens.size() * sizeof(uint32_t)) == 0;
-}
-
 size_t RadixTree::Impl::KnownPrefix(NamespaceId ns,
                                    absl::Span<const BlockKey> keys,
                                    absl::Span<const PageId> known,

@@ -35,6 +35,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <vector>
@@ -205,7 +206,13 @@ struct RadixTree::Impl {
   // Whether the cached node at `p` is block `i` of this request.
   bool Verifies(PageId p, NamespaceId ns, PageId parent,
                 absl::Span<const uint32_t> block_tokens) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu);
+      ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    const Node& n = nodes[p];
+    if (n.ns != ns || n.parent != parent) return false;
+    if (block_tokens.empty() || !n.has_tokens) return true;  // unverifiable
+    return std::memcmp(TokensOf(p), block_tokens.data(),
+                       block_tokens.size() * sizeof(uint32_t)) == 0;
+  }
 
   void LruRemove(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void LruAppend(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

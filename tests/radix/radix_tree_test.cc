@@ -566,7 +566,9 @@ TEST_F(RadixTreeTest, PrefixKeysByTokensIsAlwaysAChainPrefix) {
       InsertChain(t);
     } else {
       AcquireResult r = Acquire(t, /*allocate=*/false);
-      if (r.lease != 0) ASSERT_TRUE(tree_.Release(r.lease).ok());
+      if (r.lease != 0) {
+        ASSERT_TRUE(tree_.Release(r.lease).ok());
+      }
     }
     if (next(50) == 0) tree_.Evict(1 + next(4));
   }
@@ -591,7 +593,9 @@ TEST_F(RadixTreeTest, KnownPagesAreRecheckedNotTrusted) {
                                     .chain_keys = true,
                                     .known_pages = known})
                           .value();
-    if (r.lease != 0) EXPECT_TRUE(tree_.Release(r.lease).ok());
+    if (r.lease != 0) {
+      EXPECT_TRUE(tree_.Release(r.lease).ok());
+    }
     return r;
   };
   auto match = [&](const Tokens& t, absl::Span<const PageId> known) {
