@@ -308,8 +308,19 @@ void Cache::ResolveKeys(const BlockKey& root, uint32_t page_size,
     AppendBlockKeys(scratch.empty() ? root : scratch.back(), page_size, rest,
                     &scratch);
   }
+  p->walked_blocks = static_cast<uint32_t>(known);
+  p->hashed_blocks = static_cast<uint32_t>(scratch.size() - known);
   p->keys = scratch;
   p->tokens = p->tokens.first(scratch.size() * page_size);
+}
+
+void Cache::CountResolved(const Prompt& p) {
+  if (p.walked_blocks != 0) {
+    walked_blocks_.fetch_add(p.walked_blocks, std::memory_order_relaxed);
+  }
+  if (p.hashed_blocks != 0) {
+    hashed_blocks_.fetch_add(p.hashed_blocks, std::memory_order_relaxed);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -480,6 +491,7 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   // Without allocation only the matched prefix matters: stop hashing at
   // the first block the tree lacks.
   ResolveKeys(b.root, b.page_size, t, b.ns, /*all_keys=*/req.allocate(), &p);
+  CountResolved(p);
   for (uint64_t lease : req.release_leases()) {
     sessions_.RemoveLease(lease);
     RETURN_IF_ERROR(WithField("release_leases", t->Release(lease)));
@@ -602,6 +614,7 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) 
   const bool known = t != nullptr && FindNamespace(root, &ns);
   ResolveKeys(root, spec.page_size, known ? t : nullptr, ns.id,
               /*all_keys=*/false, &p);
+  CountResolved(p);
   resp->Clear();
   char root_bytes[BlockKey::kBytes];
   root.ToCanonical(root_bytes);
@@ -648,6 +661,8 @@ void Cache::GetStats(v1::Stats* s) const {
   }
   s->set_sessions(sessions_.session_count());
   s->set_lease_expired(lease_expired_total());
+  s->set_walked_blocks(walked_blocks_.load(std::memory_order_relaxed));
+  s->set_hashed_blocks(hashed_blocks_.load(std::memory_order_relaxed));
   s->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   FillPoolInfo(s->mutable_pool());
   s->set_version(RADIXKV_VERSION_STRING);

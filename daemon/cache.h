@@ -175,6 +175,9 @@ class Cache {
     // Full blocks of the prompt; `keys` may cover fewer (ResolveKeys
     // without all_keys).
     uint32_t total_blocks = 0;
+    // How ResolveKeys found the keys: from cached blocks' tokens, hashed.
+    uint32_t walked_blocks = 0;
+    uint32_t hashed_blocks = 0;
     bool key_mode = false;
   };
 
@@ -192,6 +195,8 @@ class Cache {
   static void ResolveKeys(const BlockKey& root, uint32_t page_size,
                           const RadixTree* tree, NamespaceId ns, bool all_keys,
                           Prompt* p);
+  // Adds a resolved prompt's walked/hashed block counts to the totals.
+  void CountResolved(const Prompt& p);
   // Registers `spec`, creating pool and tree on first use.
   absl::StatusOr<NamespaceEntry> BindNamespace(const NamespaceSpec& spec);
   // The registered namespace with this root, if any.
@@ -213,6 +218,9 @@ class Cache {
   EventLog events_;
   SessionManager sessions_;
   std::atomic<uint64_t> lease_expired_{0};
+  // Prompt::walked_blocks / hashed_blocks summed over Acquire and Match.
+  std::atomic<uint64_t> walked_blocks_{0};
+  std::atomic<uint64_t> hashed_blocks_{0};
 
   // ns_mu_ protects the following. tree_ and pool_ are published once (with
   // release ordering) and never change afterwards, so readers load them

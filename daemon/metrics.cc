@@ -130,6 +130,12 @@ class Metrics::StateCollector : public prometheus::Collectable {
     counter("radixkv_evicted_pages_total", "Cached pages evicted.", s.evicted_pages());
     counter("radixkv_hash_collisions_total",
             "Key hits rejected because the stored tokens differed.", s.hash_collisions());
+    counter("radixkv_walked_blocks_total",
+            "Token-prompt blocks whose keys came from cached blocks by token "
+            "comparison, without hashing.",
+            s.walked_blocks());
+    counter("radixkv_hashed_blocks_total",
+            "Token-prompt blocks the daemon hashed.", s.hashed_blocks());
     gauge("radixkv_sessions", "Open sessions.", s.sessions());
     gauge("radixkv_leases", "Live leases.", s.leases());
     counter("radixkv_lease_expired_total", "Leases ended by --lease_ttl.",

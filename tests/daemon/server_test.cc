@@ -464,6 +464,42 @@ TEST_F(ServerTest, LookupsWithoutAllocationCoverTheWholePrompt) {
   ExpectInvariants(after);
 }
 
+// Cached blocks of a token prompt are found by comparing tokens, not hashed;
+// the statistics say which way each block went.
+TEST_F(ServerTest, CachedBlocksAreWalkedNotHashed) {
+  StartServer();
+  const v1::Namespace ns = TestNamespace();
+  SessionStream session(kv_.get(), ns);
+  ASSERT_TRUE(session.ok());
+  const auto x = Tokens(32, 40);  // 8 blocks
+  v1::Stats s0 = Stats();
+  Insert(session.id(), x);
+  v1::Stats s1 = Stats();
+  EXPECT_EQ(s1.hashed_blocks() - s0.hashed_blocks(), 8u);
+  EXPECT_EQ(s1.walked_blocks() - s0.walked_blocks(), 0u);
+
+  v1::AcquireResponse hit;
+  ASSERT_TRUE(Acquire(session.id(), x, true, &hit).ok());
+  EXPECT_EQ(hit.matched_blocks(), 8u);
+  ASSERT_TRUE(Release(session.id(), hit.lease_id()).ok());
+  EXPECT_EQ(MatchBlocks(ns, x), 8);
+  v1::Stats s2 = Stats();
+  EXPECT_EQ(s2.walked_blocks() - s1.walked_blocks(), 16u);
+  EXPECT_EQ(s2.hashed_blocks() - s1.hashed_blocks(), 0u);
+
+  auto longer = x;
+  const auto more = Tokens(20, 41);  // 5 more blocks
+  longer.insert(longer.end(), more.begin(), more.end());
+  v1::AcquireResponse part;
+  ASSERT_TRUE(Acquire(session.id(), longer, true, &part).ok());
+  EXPECT_EQ(part.matched_blocks(), 8u);
+  EXPECT_EQ(part.new_blocks(), 5u);
+  v1::Stats s3 = Stats();
+  EXPECT_EQ(s3.walked_blocks() - s2.walked_blocks(), 8u);
+  EXPECT_EQ(s3.hashed_blocks() - s2.hashed_blocks(), 5u);
+  ASSERT_TRUE(Release(session.id(), part.lease_id()).ok());
+}
+
 TEST_F(ServerTest, MatchNeedsNoSessionAndChangesNothing) {
   StartServer();
   const v1::Namespace ns = TestNamespace();
