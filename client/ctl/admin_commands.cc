@@ -129,8 +129,8 @@ int RunStats(Context& ctx) {
                                   " deduplicated"));
   kv.Add("evicted", absl::StrCat(HumanCount(st.evicted_pages()), " pages"));
   kv.Add("collisions", HumanCount(st.hash_collisions()));
-  kv.Add("prompt blocks",
-         absl::StrCat(HumanCount(st.walked_blocks()), " found by token walk, ",
+  kv.Add("block keys",
+         absl::StrCat(HumanCount(st.walked_blocks()), " by token walk, ",
                       HumanCount(st.hashed_blocks()), " hashed"));
   kv.Add("sessions", HumanCount(st.sessions()));
   kv.Add("leases", absl::StrCat(HumanCount(st.leases()), " (",

@@ -154,6 +154,8 @@ class CtlTest(unittest.TestCase):
         out, _ = self.ctl("stats")
         self.assertIn("hit ratio:", out)
         self.assertIn("invariants:  ok", out)
+        self.assertRegex(out, r"block keys:  \d+ by token walk, \d+ hashed")
+        self.assertGreater(u64(st["hashed_blocks"]), 0)
 
     def test_namespaces(self):
         self.populate(8, 2)
