@@ -176,10 +176,15 @@ class DaemonLease final : public CacheLease {
       return absl::FailedPreconditionError(
           absl::StrCat("commit of ", blocks, " blocks: lease not held"));
     }
-    if (blocks == 0 && release) return lease_.Release();
+    if (blocks == 0 && release) return Release();
     return lease_.Commit(blocks, release).status();
   }
-  absl::Status Release() override { return lease_.Release(); }
+  // Dropping the client Lease ends it without a call of its own: the release
+  // rides on the worker's next Acquire (ClientOptions::release_delay).
+  absl::Status Release() override {
+    lease_ = Lease();
+    return absl::OkStatus();
+  }
 
  private:
   Lease lease_;
