@@ -176,6 +176,10 @@ void Core::SendReleases(const std::string& session_id,
   v1::ReleaseRequest req;
   req.set_session_id(session_id);
   for (uint64_t id : ids) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;  // closing the session ends them all
+    }
     req.set_lease_id(id);
     v1::ReleaseResponse resp;
     grpc::ClientContext ctx;

@@ -116,7 +116,8 @@ class Core {
   std::vector<uint64_t> TakeDueReleases(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends Release for each id (the session thread, no lock held); stops at
-  // the first call that does not reach the daemon.
+  // the first call that does not reach the daemon, and when the client is
+  // closing (at most one release_timeout then).
   void SendReleases(const std::string& session_id,
                     const std::vector<uint64_t>& ids);
 
