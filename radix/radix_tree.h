@@ -234,7 +234,8 @@ class RadixTree {
   // Returns the id of `spec`'s namespace, registering it on first use (an
   // equal spec always gets the same id). INVALID_ARGUMENT names the field
   // when page_size is 0 or above max_page_size; FAILED_PRECONDITION when
-  // page_size differs from the one the tree's token storage was sized for.
+  // page_size differs from the one the tree's token storage was sized for;
+  // RESOURCE_EXHAUSTED once kMaxNamespaces are registered.
   absl::StatusOr<NamespaceId> RegisterNamespace(const NamespaceSpec& spec);
   // The namespace's root key. REQUIRES: ns was returned by RegisterNamespace.
   BlockKey namespace_root(NamespaceId ns) const;

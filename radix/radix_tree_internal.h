@@ -6,7 +6,7 @@
 //
 // Storage
 //   nodes[p] describes page p whatever its state; for a CACHED page it is
-//   the tree node of the block stored there (48 bytes). Slot `capacity` is
+//   the tree node of the block stored there (40 bytes). Slot `capacity` is
 //   the sentinel of the recency list. The key index is a flat_hash_set of
 //   page ids whose hasher and equality read nodes[p].key, so a lookup by
 //   BlockKey is heterogeneous and the index costs ~5-10 bytes per block.

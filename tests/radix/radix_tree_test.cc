@@ -659,6 +659,25 @@ TEST_F(RadixTreeTest, PromptBlocksCountsKeysNotHashed) {
   EXPECT_FALSE(tree_.ContainsKey(keys[2]));
 }
 
+TEST(RadixTreeLimitsTest, NamespacesAreBounded) {
+  RadixTree tree({.capacity_pages = 4});
+  NamespaceSpec spec{.model = "m",
+                     .num_layers = 1,
+                     .num_kv_heads = 1,
+                     .head_dim = 4,
+                     .page_size = 2,
+                     .dtype = DType::kFloat32};
+  for (uint32_t i = 0; i < kMaxNamespaces; ++i) {
+    spec.cache_salt = std::to_string(i);
+    ASSERT_TRUE(tree.RegisterNamespace(spec).ok()) << i;
+  }
+  spec.cache_salt = "one more";
+  EXPECT_EQ(tree.RegisterNamespace(spec).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  spec.cache_salt = "7";  // already registered: still found
+  EXPECT_EQ(tree.RegisterNamespace(spec).value(), 7u);
+}
+
 TEST(BlockKeyAppendTest, ParentMayBeTheVectorsOwnBack) {
   const BlockKey root{1, 2};
   const Tokens t = {1, 2, 3, 4, 5, 6, 7, 8};
