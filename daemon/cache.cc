@@ -286,28 +286,16 @@ void Cache::ResolveKeys(const BlockKey& root, uint32_t page_size,
   }
   std::vector<BlockKey>& scratch = ThreadKeyScratch();
   std::vector<PageId>& pages = ThreadPageScratch();
-  scratch.clear();
-  pages.clear();
-  const size_t blocks = p->tokens.size() / page_size;
-  p->total_blocks = static_cast<uint32_t>(blocks);
+  p->total_blocks = static_cast<uint32_t>(p->tokens.size() / page_size);
   size_t known = 0;
   if (tree != nullptr) {
-    known = tree->PrefixKeysByTokens(ns, p->tokens, &scratch, &pages);
+    known = tree->ResolveTokenKeys(ns, p->tokens, /*stop_at_missing=*/!all_keys,
+                                   &scratch, &pages);
+  } else {
+    ComputeBlockKeys(root, page_size, p->tokens, &scratch);
+    pages.clear();
   }
   p->known_pages = pages;
-  absl::Span<const uint32_t> rest = p->tokens.subspan(known * page_size);
-  if (!all_keys && tree != nullptr && known < blocks) {
-    // A lookup ends at the first block the tree lacks: hash one block and
-    // go on only if the tree holds it.
-    AppendBlockKeys(known == 0 ? root : scratch.back(), page_size,
-                    rest.first(page_size), &scratch);
-    rest = rest.subspan(page_size);
-    if (!tree->ContainsKey(scratch.back())) rest = {};
-  }
-  if (!rest.empty()) {
-    AppendBlockKeys(scratch.empty() ? root : scratch.back(), page_size, rest,
-                    &scratch);
-  }
   p->walked_blocks = static_cast<uint32_t>(known);
   p->hashed_blocks = static_cast<uint32_t>(scratch.size() - known);
   p->keys = scratch;

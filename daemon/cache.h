@@ -187,11 +187,11 @@ class Cache {
   absl::StatusOr<Prompt> ValidatePrompt(const PromptFields& f,
                                         uint32_t page_size) const;
   // Computes the block keys of a tokens prompt, trims the tokens to the
-  // keyed blocks and sets total_blocks. With a tree, the leading blocks it
-  // can vouch for by comparing tokens (RadixTree::PrefixKeysByTokens, a
-  // shared lock) are not hashed, and without all_keys hashing stops at the
-  // first block the tree does not hold (enough for a lookup; not for
-  // allocating pages). The hashing runs with no lock held.
+  // keyed blocks and sets total_blocks. With a tree (ns registered there),
+  // RadixTree::ResolveTokenKeys: the leading blocks it can vouch for by
+  // comparing tokens are not hashed, and without all_keys hashing stops at
+  // the first block the tree does not hold (enough for a lookup; not for
+  // allocating pages). Without one, every block is hashed from `root`.
   static void ResolveKeys(const BlockKey& root, uint32_t page_size,
                           const RadixTree* tree, NamespaceId ns, bool all_keys,
                           Prompt* p);

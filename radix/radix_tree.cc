@@ -256,10 +256,7 @@ size_t RadixTree::Impl::KnownPrefix(NamespaceId ns,
     const PageId p = known[i];
     if (p >= capacity) break;
     const Node& n = nodes[p];
-    if (n.state != PageState::kCached || !n.chain_keyed || n.ns != ns ||
-        n.parent != *parent || !(n.key == keys[i])) {
-      break;
-    }
+    if (!IsChainChild(n, ns, *parent) || !(n.key == keys[i])) break;
     if (out != nullptr) out->push_back(p);
     *parent = p;
   }
@@ -295,16 +292,22 @@ size_t RadixTree::PrefixKeysByTokens(NamespaceId ns,
   const Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
   if (ns >= m.namespaces.size()) return 0;
-  const size_t ps = m.namespaces[ns].spec.page_size;
+  return m.WalkTokens(ns, tokens, keys, pages);
+}
+
+size_t RadixTree::Impl::WalkTokens(NamespaceId ns,
+                                   absl::Span<const uint32_t> tokens,
+                                   std::vector<BlockKey>* keys,
+                                   std::vector<PageId>* pages) const {
+  const size_t ps = namespaces[ns].spec.page_size;
   const size_t blocks = tokens.size() / ps;
   PageId parent = kNoPage;
-  PageId next = m.namespaces[ns].hot_root;
+  PageId next = namespaces[ns].hot_root;
   size_t i = 0;
   for (; i < blocks && next != kNoPage; ++i) {
-    const Node& n = m.nodes[next];
-    if (n.state != PageState::kCached || !n.chain_keyed || n.ns != ns ||
-        n.parent != parent ||
-        std::memcmp(m.TokensOf(next), tokens.data() + i * ps,
+    const Node& n = nodes[next];
+    if (!IsChainChild(n, ns, parent) ||
+        std::memcmp(TokensOf(next), tokens.data() + i * ps,
                     ps * sizeof(uint32_t)) != 0) {
       break;
     }
@@ -320,6 +323,34 @@ bool RadixTree::ContainsKey(const BlockKey& key) const {
   const Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
   return m.index.contains(key);
+}
+
+size_t RadixTree::ResolveTokenKeys(NamespaceId ns,
+                                   absl::Span<const uint32_t> tokens,
+                                   bool stop_at_missing,
+                                   std::vector<BlockKey>* keys,
+                                   std::vector<PageId>* pages) const {
+  keys->clear();
+  pages->clear();
+  const Impl& m = *impl_;
+  BlockKey root;
+  uint32_t ps;
+  size_t known;
+  {
+    ReaderMutexLock lock(&m.mu);
+    root = m.namespaces[ns].root;
+    ps = m.namespaces[ns].spec.page_size;
+    known = m.WalkTokens(ns, tokens, keys, pages);
+  }
+  absl::Span<const uint32_t> rest = tokens.subspan(known * ps);
+  if (stop_at_missing && rest.size() >= ps) {
+    AppendBlockKeys(keys->empty() ? root : keys->back(), ps, rest.first(ps),
+                    keys);
+    rest = ContainsKey(keys->back()) ? rest.subspan(ps)
+                                     : absl::Span<const uint32_t>();
+  }
+  AppendBlockKeys(keys->empty() ? root : keys->back(), ps, rest, keys);
+  return known;
 }
 
 void RadixTree::Impl::EndLease(Lease& lease) {

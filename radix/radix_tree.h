@@ -267,6 +267,18 @@ class RadixTree {
   // Whether a cached block has this key (in any namespace, at any depth).
   bool ContainsKey(const BlockKey& key) const;
 
+  // The keys ComputeBlockKeys(namespace_root(ns), page_size, tokens) gives,
+  // into *keys (cleared), found the cheap way: the leading blocks
+  // PrefixKeysByTokens vouches for (their pages into *pages, cleared, for
+  // known_pages), the rest hashed with no lock held. With stop_at_missing,
+  // hashing ends after the first block no cached node has: enough for a
+  // lookup (the match ends there), not for allocating pages. Returns how
+  // many keys came from the walk. REQUIRES: ns was returned by
+  // RegisterNamespace.
+  size_t ResolveTokenKeys(NamespaceId ns, absl::Span<const uint32_t> tokens,
+                          bool stop_at_missing, std::vector<BlockKey>* keys,
+                          std::vector<PageId>* pages) const;
+
   // Pins the longest cached prefix and, with allocate, takes pages for the
   // following unmatched blocks (evicting LRU leaves as needed; fewer pages
   // than asked when everything else is pinned). The caller owns the returned

@@ -190,6 +190,17 @@ struct RadixTree::Impl {
                                absl::Span<const BlockKey> keys,
                                absl::Span<const uint32_t> tokens) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // Whether `n` is a cached, chain-keyed child of `parent` in `ns`: one whose
+  // key follows from its parent's key and its stored tokens.
+  static bool IsChainChild(const Node& n, NamespaceId ns, PageId parent) {
+    return n.state == PageState::kCached && n.chain_keyed && n.ns == ns &&
+           n.parent == parent;
+  }
+  // PrefixKeysByTokens under the caller's lock. REQUIRES: ns is registered.
+  size_t WalkTokens(NamespaceId ns, absl::Span<const uint32_t> tokens,
+                    std::vector<BlockKey>* keys,
+                    std::vector<PageId>* pages) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
   // How many of `known` (AcquireRequest::known_pages) still hold keys'
   // leading blocks; appends them to *out (if not null) and leaves *parent
   // at the last.

@@ -7,10 +7,9 @@
 //   hash_match   ComputeBlockKeys + RadixTree::Match of a fully cached
 //                prompt (default 2048 tokens, page_size 16), tokens/s on one
 //                thread
-//   walk_match   the same lookup the way radixkvd resolves a token prompt
-//                now: PrefixKeysByTokens (token comparison along hot
-//                children, no hashing for cached blocks) + Match with the
-//                walked pages
+//   walk_match   the same lookup the way radixkvd resolves a token prompt:
+//                ResolveTokenKeys (token comparison along hot children, no
+//                hashing for cached blocks) + Match with the walked pages
 //   evict        RadixTree::Evict at --cached_blocks cached blocks (default
 //                1 M), ns per evicted block
 //   memory       RadixTree::IndexMemoryBytes per cached block (token copies
@@ -113,11 +112,8 @@ int Main() {
     std::vector<BlockKey> k;
     std::vector<PageId> pages;
     walk_match_tokens_per_s = rate([&] {
-      k.clear();
-      pages.clear();
-      const size_t n = tree.PrefixKeysByTokens(ns, full_tokens, &k, &pages);
-      AppendBlockKeys(n == 0 ? root : k.back(), page,
-                      full_tokens.subspan(n * page), &k);
+      tree.ResolveTokenKeys(ns, full_tokens, /*stop_at_missing=*/true, &k,
+                            &pages);
       return tree.Match(ns, k, full_tokens, pages)->matched_blocks;
     });
     if (hash_match_tokens_per_s < 0 || walk_match_tokens_per_s < 0) {

@@ -2,6 +2,7 @@
 // leveldb's cache_test: a fixture with tiny helpers, one behaviour per test.
 #include "radix/radix_tree.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -562,6 +563,21 @@ TEST_F(RadixTreeTest, PrefixKeysByTokensIsAlwaysAChainPrefix) {
     Tokens t(kPageSize * (1 + next(5)));
     for (uint32_t& x : t) x = next(3);
     walked += WalkKeys(t).size();
+    // The walk plus hashing gives exactly the chain keys; stopping at the
+    // first missing block gives a prefix of them that ends with it.
+    const std::vector<BlockKey> want = Keys(t);
+    std::vector<BlockKey> resolved;
+    std::vector<PageId> pages;
+    tree_.ResolveTokenKeys(ns_, t, /*stop_at_missing=*/false, &resolved,
+                           &pages);
+    EXPECT_EQ(resolved, want);
+    tree_.ResolveTokenKeys(ns_, t, /*stop_at_missing=*/true, &resolved,
+                           &pages);
+    ASSERT_LE(resolved.size(), want.size());
+    EXPECT_TRUE(std::equal(resolved.begin(), resolved.end(), want.begin()));
+    if (resolved.size() < want.size()) {
+      EXPECT_FALSE(tree_.ContainsKey(resolved.back()));
+    }
     if (next(2) == 0) {
       InsertChain(t);
     } else {
