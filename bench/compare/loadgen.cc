@@ -61,6 +61,7 @@
 #include "absl/types/span.h"
 #include "radix/block_key.h"
 #include "radixkv/channel.h"
+#include "radixkv/namespace_spec.h"
 #include "radixkv/v1/radixkv.grpc.pb.h"
 #include "radixkv/v1/radixkv.pb.h"
 
@@ -121,17 +122,20 @@ bool Parse(grpc::ByteBuffer* buf, M* m) {
   return grpc::GenericDeserialize<grpc::ProtoBufferReader, M>(buf, m).ok();
 }
 
+NamespaceSpec BenchSpec(uint32_t page_size) {
+  NamespaceSpec spec;
+  spec.model = "radixkv-loadgen";
+  spec.num_layers = 32;
+  spec.num_kv_heads = 8;
+  spec.head_dim = 128;
+  spec.page_size = page_size;
+  spec.dtype = DType::kBFloat16;
+  spec.tp_size = 1;
+  return spec;
+}
+
 pb::Namespace BenchNamespace(uint32_t page_size) {
-  pb::Namespace ns;
-  const std::string model = "radixkv-loadgen";
-  ns.set_model(model.data(), model.size());
-  ns.set_num_layers(32);
-  ns.set_num_kv_heads(8);
-  ns.set_head_dim(128);
-  ns.set_page_size(page_size);
-  ns.set_dtype(pb::DTYPE_BFLOAT16);
-  ns.set_tp_size(1);
-  return ns;
+  return NamespaceToProto(BenchSpec(page_size));
 }
 
 void FillPrompt(uint32_t blocks, uint32_t page_size, uint32_t base,
@@ -145,16 +149,8 @@ std::vector<BlockKey> PromptKeys(uint32_t blocks, uint32_t page_size,
                                  uint32_t base) {
   google::protobuf::RepeatedField<uint32_t> tokens;
   FillPrompt(blocks, page_size, base, &tokens);
-  NamespaceSpec spec;
-  spec.model = "radixkv-loadgen";
-  spec.num_layers = 32;
-  spec.num_kv_heads = 8;
-  spec.head_dim = 128;
-  spec.page_size = page_size;
-  spec.dtype = DType::kBFloat16;
-  spec.tp_size = 1;
   return ComputeBlockKeys(
-      NamespaceRoot(spec), page_size,
+      NamespaceRoot(BenchSpec(page_size)), page_size,
       absl::MakeConstSpan(tokens.data(), static_cast<size_t>(tokens.size())));
 }
 
