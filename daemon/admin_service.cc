@@ -1,9 +1,12 @@
 #include "daemon/admin_service.h"
 
+#include <optional>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/cache.h"
 #include "daemon/event_log.h"
+#include "daemon/rpc_util.h"
 #include "daemon/status_util.h"
 
 namespace radixkv::daemon {
@@ -28,9 +31,8 @@ class AdminService::Watcher final : public grpc::ServerWriteReactor<v1::Event>,
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
-    writing_ = false;
-    if (finish_pending_) {
-      Finish(finish_status_);
+    if (std::optional<grpc::Status> end = state_.WriteDone()) {
+      Finish(*end);
       return;
     }
     if (!ok) return;  // the client went away; OnCancel follows
@@ -51,33 +53,23 @@ class AdminService::Watcher final : public grpc::ServerWriteReactor<v1::Event>,
   }
 
   void TryWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || writing_) return;
+    if (!state_.can_write()) return;
     if (!log_->Read(&next_, &event_)) return;
-    writing_ = true;
+    state_.WriteStarted();
     StartWrite(&event_);
   }
 
   void FinishOnce(const grpc::Status& status) {
     absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    finished_ = true;
-    if (writing_) {
-      finish_pending_ = true;
-      finish_status_ = status;
-    } else {
-      Finish(status);
-    }
+    if (std::optional<grpc::Status> end = state_.End(status)) Finish(*end);
   }
 
   EventLog* const log_;
   absl::Mutex mu_;
   // mu_ protects the following.
   uint64_t next_ ABSL_GUARDED_BY(mu_);
-  v1::Event event_ ABSL_GUARDED_BY(mu_);  // in flight while writing_
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool finish_pending_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
+  v1::Event event_ ABSL_GUARDED_BY(mu_);  // in flight while writing
+  StreamWriteState state_ ABSL_GUARDED_BY(mu_);
 };
 
 AdminService::AdminService(const ServiceEnv& env) : env_(env) {}

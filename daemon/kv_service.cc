@@ -1,6 +1,7 @@
 #include "daemon/kv_service.h"
 
 #include <deque>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -35,19 +36,18 @@ class KvService::SessionReactor final
       return;
     }
     absl::MutexLock lock(&mu_);
-    if (!finished_) StartRead(&request_);
+    if (!state_.finished()) StartRead(&request_);
   }
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     pending_.pop_front();
-    writing_ = false;
-    if (finish_pending_) {
-      Finish(ToGrpcStatus(finish_status_));
+    if (std::optional<grpc::Status> end = state_.WriteDone()) {
+      Finish(*end);
       return;
     }
-    if (ok && !pending_.empty()) {
-      writing_ = true;
+    if (ok && !pending_.empty() && state_.can_write()) {
+      state_.WriteStarted();
       StartWrite(&pending_.front());
     }
   }
@@ -66,13 +66,9 @@ class KvService::SessionReactor final
   void FinishOnce(const absl::Status& status) {
     {
       absl::MutexLock lock(&mu_);
-      if (finished_) return;
-      finished_ = true;
-      if (writing_) {
-        finish_pending_ = true;
-        finish_status_ = status;
-      } else {
-        Finish(ToGrpcStatus(status));
+      if (state_.finished()) return;
+      if (std::optional<grpc::Status> end = state_.End(ToGrpcStatus(status))) {
+        Finish(*end);
       }
     }
     EndSession();
@@ -128,7 +124,7 @@ class KvService::SessionReactor final
     {
       absl::MutexLock lock(&mu_);
       session_id_ = id;
-      closed = finished_;  // cancelled while opening: do not leak it
+      closed = state_.finished();  // cancelled while opening: do not leak it
       if (!closed) EnqueueLocked(std::move(resp));
     }
     if (closed) {
@@ -144,10 +140,10 @@ class KvService::SessionReactor final
 
   void EnqueueLocked(v1::SessionResponse resp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
+    if (state_.finished()) return;
     pending_.push_back(std::move(resp));
-    if (!writing_) {
-      writing_ = true;
+    if (state_.can_write()) {
+      state_.WriteStarted();
       StartWrite(&pending_.front());
     }
   }
@@ -175,10 +171,7 @@ class KvService::SessionReactor final
   // mu_ protects the following.
   std::string session_id_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::SessionResponse> pending_ ABSL_GUARDED_BY(mu_);  // front in flight
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool finish_pending_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status finish_status_ ABSL_GUARDED_BY(mu_);
+  StreamWriteState state_ ABSL_GUARDED_BY(mu_);
   bool session_closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -11,11 +11,16 @@
 //                     [&] { return env_.cache->Acquire(*req, resp); });
 //   }
 //
+// Also StreamWriteState, the one-write-at-a-time rule of the two streaming
+// reactors (Session, WatchEvents).
+//
 // Thread safety: stateless helpers; ServiceEnv members are thread-safe.
 #ifndef RADIXKV_DAEMON_RPC_UTIL_H_
 #define RADIXKV_DAEMON_RPC_UTIL_H_
 
 #include <atomic>
+#include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
@@ -55,6 +60,47 @@ grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* ctx,
   if (status.ok()) status = fn();
   return FinishUnary(ctx, env, method, start, status);
 }
+
+// The write/finish bookkeeping of a server stream that writes one message at
+// a time. gRPC takes no Finish while a write is in flight, so an end that
+// arrives during a write waits for it:
+//
+//   under the reactor's lock:
+//     if (state.can_write()) { state.WriteStarted(); StartWrite(&msg); }
+//     OnWriteDone:  if (auto s = state.WriteDone()) { Finish(*s); return; }
+//     to end:       if (auto s = state.End(status)) Finish(*s);
+//
+// Thread safety: none of its own; use it under the reactor's mutex.
+class StreamWriteState {
+ public:
+  bool finished() const { return finished_; }
+  // No write in flight and not finished.
+  bool can_write() const { return !finished_ && !writing_; }
+  // REQUIRES: can_write().
+  void WriteStarted() { writing_ = true; }
+  // The write in flight completed: the status to Finish with now, if an end
+  // was waiting for it.
+  std::optional<grpc::Status> WriteDone() {
+    writing_ = false;
+    return std::exchange(deferred_, std::nullopt);
+  }
+  // Ends the stream, once: the status to Finish with now; nothing when it
+  // already ended or when a write is in flight (WriteDone returns it then).
+  std::optional<grpc::Status> End(grpc::Status status) {
+    if (finished_) return std::nullopt;
+    finished_ = true;
+    if (writing_) {
+      deferred_ = std::move(status);
+      return std::nullopt;
+    }
+    return status;
+  }
+
+ private:
+  bool writing_ = false;
+  bool finished_ = false;
+  std::optional<grpc::Status> deferred_;
+};
 
 }  // namespace radixkv::daemon
 
