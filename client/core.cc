@@ -84,12 +84,12 @@ SessionSnapshot Core::Current() const {
 
 bool Core::IsCurrent(uint64_t generation) const {
   absl::MutexLock lock(&mu_);
-  return connected_ && generation_ == generation;
+  return IsCurrentLocked(generation);
 }
 
 void Core::ReportSessionLost(uint64_t generation) {
   absl::MutexLock lock(&mu_);
-  if (generation != generation_ || !connected_) return;
+  if (!IsCurrentLocked(generation)) return;
   last_error_ = absl::NotFoundError("the daemon no longer knows the session");
   if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
 }
@@ -124,7 +124,7 @@ absl::Duration Core::NextBackoff(absl::Duration base) {
 
 void Core::DeferRelease(uint64_t generation, uint64_t lease_id) {
   absl::MutexLock lock(&mu_);
-  if (!connected_ || generation != generation_) return;  // already ended
+  if (!IsCurrentLocked(generation)) return;  // already ended
   const absl::Time now = absl::Now();
   deferred_.push_back(DeferredRelease{lease_id, now});
   release_ticking_until_ = now + absl::Seconds(1);
@@ -136,7 +136,7 @@ void Core::DeferRelease(uint64_t generation, uint64_t lease_id) {
 std::vector<uint64_t> Core::TakeDeferred(uint64_t generation, size_t max) {
   std::vector<uint64_t> ids;
   absl::MutexLock lock(&mu_);
-  if (!connected_ || generation != generation_) return ids;
+  if (!IsCurrentLocked(generation)) return ids;
   while (!deferred_.empty() && ids.size() < max) {
     ids.push_back(deferred_.front().lease_id);
     deferred_.pop_front();
@@ -149,7 +149,7 @@ void Core::RequeueDeferred(uint64_t generation,
                            bool release_now) {
   if (ids.empty()) return;
   absl::MutexLock lock(&mu_);
-  if (!connected_ || generation != generation_) return;
+  if (!IsCurrentLocked(generation)) return;
   const absl::Time now = absl::Now();
   // Back at the front, in their order: they are the oldest.
   for (auto it = ids.rbegin(); it != ids.rend(); ++it) {

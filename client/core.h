@@ -108,6 +108,11 @@ class Core {
   bool EndedOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || stream_ended_;
   }
+  // Whether session `generation` is the open one.
+  bool IsCurrentLocked(uint64_t generation) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return connected_ && generation_ == generation;
+  }
   bool ServeWakeup() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || stream_ended_ || serve_wakeup_;
   }
