@@ -309,6 +309,7 @@ absl::StatusOr<Lease> Client::AcquireKeys(absl::Span<const BlockKey> keys,
 
 absl::StatusOr<Lease> Client::AcquireImpl(v1::AcquireRequest req,
                                           uint32_t total_blocks) {
+  req.set_pages_le(!options_.legacy_prompt_fields);
   Lease lease;
   lease.core_ = core_;
   lease.total_blocks_ = total_blocks;
@@ -357,7 +358,26 @@ absl::StatusOr<Lease> Client::AcquireImpl(v1::AcquireRequest req,
   lease.matched_blocks_ = resp.matched_blocks();
   lease.matched_tokens_ = resp.matched_tokens();
   lease.new_blocks_ = resp.new_blocks();
-  lease.pages_.assign(resp.pages().begin(), resp.pages().end());
+  if (!resp.pages_le().empty()) {
+    const std::string& le = resp.pages_le();
+    if (le.size() % sizeof(uint32_t) != 0) {
+      lease.Release().IgnoreError();
+      return absl::InternalError(absl::StrCat(
+          "Acquire: daemon returned ", le.size(),
+          " bytes of pages_le, not a multiple of 4"));
+    }
+    lease.pages_.resize(le.size() / sizeof(uint32_t));
+    for (size_t i = 0; i < lease.pages_.size(); ++i) {
+      uint32_t v;
+      std::memcpy(&v, le.data() + i * sizeof(v), sizeof(v));
+      if constexpr (std::endian::native == std::endian::big) {
+        v = __builtin_bswap32(v);
+      }
+      lease.pages_[i] = v;
+    }
+  } else {
+    lease.pages_.assign(resp.pages().begin(), resp.pages().end());
+  }
   if (lease.pages_.size() !=
       static_cast<size_t>(lease.matched_blocks_) + lease.new_blocks_) {
     // A daemon bug; do not hand out pages we cannot account for.

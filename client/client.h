@@ -118,11 +118,12 @@ struct ClientOptions {
   // open. With attach_pool, the client counts as connected only once the
   // pool is mapped (or the daemon's pool is "none").
   bool attach_pool = false;
-  // Wire form of prompts. false (default): tokens go as `tokens_le` (raw
-  // little-endian u32, read in place by the daemon) and keys as
-  // `block_keys_packed`. true: `repeated uint32 tokens` / `repeated bytes
-  // block_keys`, for a radixkvd that predates the packed fields. Keys,
-  // matches and pages are the same either way.
+  // Wire form of prompts and pages. false (default): tokens go as
+  // `tokens_le` (raw little-endian u32, read in place by the daemon), keys
+  // as `block_keys_packed`, and Acquire asks for its pages as `pages_le`.
+  // true: `repeated uint32 tokens` / `repeated bytes block_keys` and
+  // `repeated uint64 pages`, for a radixkvd that predates the packed fields.
+  // Keys, matches and pages are the same either way.
   bool legacy_prompt_fields = false;
 };
 

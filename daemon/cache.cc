@@ -47,10 +47,11 @@ BlockKey ThreadCachedRoot(const NamespaceSpec& spec) {
   return last_root;
 }
 
-// tokens_le is read in place as host u32 values; a big-endian host would have
-// to byte-swap into a copy instead.
+// tokens_le is read and pages_le written in place as host u32 values; a
+// big-endian host would have to byte-swap copies instead.
 static_assert(std::endian::native == std::endian::little,
               "radixkvd reads tokens_le in place: little-endian hosts only");
+static_assert(sizeof(PageId) == 4, "AcquireResponse.pages_le holds u32");
 
 // Largest page a layout may describe; anything above is surely a typo.
 constexpr unsigned __int128 kMaxPageBytes = uint64_t{1} << 40;
@@ -290,7 +291,7 @@ void Cache::ResolveKeys(const BlockKey& root, uint32_t page_size,
   size_t known = 0;
   if (tree != nullptr) {
     known = tree->ResolveTokenKeys(ns, p->tokens, /*stop_at_missing=*/!all_keys,
-                                   &scratch, &pages);
+                                   &scratch, &pages, &p->known_epoch);
   } else {
     ComputeBlockKeys(root, page_size, p->tokens, &scratch);
     pages.clear();
@@ -490,6 +491,7 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   areq.tokens = p.tokens;
   areq.chain_keys = !p.key_mode;  // keys computed here from the tokens
   areq.known_pages = p.known_pages;
+  areq.known_epoch = p.known_epoch;
   if (p.keys.size() < p.total_blocks) areq.prompt_blocks = p.total_blocks;
   areq.allocate = req.allocate();
   areq.max_new_blocks = req.max_new_blocks();
@@ -509,8 +511,15 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   resp->set_total_blocks(r.total_blocks);
   resp->set_matched_blocks(r.matched_blocks);
   resp->set_matched_tokens(uint64_t{r.matched_blocks} * b.page_size);
-  resp->mutable_pages()->Reserve(static_cast<int>(r.pages.size()));
-  for (PageId page : r.pages) resp->add_pages(page);
+  if (req.pages_le()) {
+    // Host order is little-endian (static_assert above).
+    std::string* le = resp->mutable_pages_le();
+    le->resize(r.pages.size() * sizeof(PageId));
+    if (!r.pages.empty()) std::memcpy(le->data(), r.pages.data(), le->size());
+  } else {
+    resp->mutable_pages()->Reserve(static_cast<int>(r.pages.size()));
+    for (PageId page : r.pages) resp->add_pages(page);
+  }
   resp->set_new_blocks(r.new_blocks);
   if (r.lease != 0) {
     resp->set_lease_expires_unix_ms(absl::ToUnixMillis(expires));
@@ -610,7 +619,8 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) 
   resp->set_total_blocks(p.total_blocks);
   if (!known) return absl::OkStatus();
   ASSIGN_OR_RETURN(MatchResult r,
-                   t->Match(ns.id, p.keys, p.tokens, p.known_pages));
+                   t->Match(ns.id, p.keys, p.tokens, p.known_pages,
+                                    p.known_epoch));
   resp->set_matched_blocks(r.matched_blocks);
   resp->set_matched_tokens(uint64_t{r.matched_blocks} * spec.page_size);
   return absl::OkStatus();

@@ -172,6 +172,7 @@ class Cache {
     // Pages the token walk vouched for (keys' first entries); a view into
     // this thread's page scratch, like `keys`.
     absl::Span<const PageId> known_pages;
+    uint64_t known_epoch = 0;  // AcquireRequest::known_epoch
     // Full blocks of the prompt; `keys` may cover fewer (ResolveKeys
     // without all_keys).
     uint32_t total_blocks = 0;

@@ -169,6 +169,7 @@ bool RadixTree::Impl::EvictOne() {
   --namespaces[n.ns].cached_blocks;
   --cached_count;
   ++stats.evicted_pages;
+  ++eviction_epoch;
   RememberEviction(n.key);
   if (listener != nullptr) {
     TreeEvent e;
@@ -246,8 +247,23 @@ absl::Status RadixTree::Impl::ValidateRequest(
 size_t RadixTree::Impl::KnownPrefix(NamespaceId ns,
                                    absl::Span<const BlockKey> keys,
                                    absl::Span<const PageId> known,
-                                   PageId* parent,
+                                   uint64_t known_epoch, PageId* parent,
                                    std::vector<PageId>* out) const {
+  // Nothing evicted since the walk: every walked page is still the cached,
+  // chain-keyed child of the one before it. The ends are re-checked so that
+  // pages from another walk (a caller's mistake) fall through to the loop.
+  if (known_epoch == eviction_epoch && !known.empty() &&
+      known.size() <= keys.size() && *parent == kNoPage) {
+    const PageId first = known.front(), last = known.back();
+    if (first < capacity && last < capacity &&
+        IsChainChild(nodes[first], ns, kNoPage) && nodes[first].key == keys[0] &&
+        nodes[last].state == PageState::kCached && nodes[last].ns == ns &&
+        nodes[last].key == keys[known.size() - 1]) {
+      if (out != nullptr) out->insert(out->end(), known.begin(), known.end());
+      *parent = last;
+      return known.size();
+    }
+  }
   // A node that is still the cached, chain-keyed child of `parent` with
   // this key holds these tokens (its key is their hash): no lookup and no
   // token comparison needed.
@@ -266,11 +282,12 @@ size_t RadixTree::Impl::KnownPrefix(NamespaceId ns,
 void RadixTree::Impl::MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
                                 absl::Span<const uint32_t> tokens,
                                 absl::Span<const PageId> known,
+                                uint64_t known_epoch,
                                 std::vector<PageId>* out,
                                 uint32_t* collisions) const {
   const size_t ps = namespaces[ns].spec.page_size;
   PageId parent = kNoPage;
-  size_t i = KnownPrefix(ns, keys, known, &parent, out);
+  size_t i = KnownPrefix(ns, keys, known, known_epoch, &parent, out);
   for (; i < keys.size(); ++i) {
     const PageId p = FindByKey(ns, parent, keys[i]);
     if (p == kNoPage) return;
@@ -288,9 +305,11 @@ void RadixTree::Impl::MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
 size_t RadixTree::PrefixKeysByTokens(NamespaceId ns,
                                      absl::Span<const uint32_t> tokens,
                                      std::vector<BlockKey>* keys,
-                                     std::vector<PageId>* pages) const {
+                                     std::vector<PageId>* pages,
+                                     uint64_t* epoch) const {
   const Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
+  if (epoch != nullptr) *epoch = m.eviction_epoch;
   if (ns >= m.namespaces.size()) return 0;
   return m.WalkTokens(ns, tokens, keys, pages);
 }
@@ -303,19 +322,38 @@ size_t RadixTree::Impl::WalkTokens(NamespaceId ns,
   const size_t blocks = tokens.size() / ps;
   PageId parent = kNoPage;
   PageId next = namespaces[ns].hot_root;
+  if (blocks == 0 || next == kNoPage) return 0;
+  // Sized once and written through local pointers: the loop's stores cannot
+  // then make the compiler reload the vectors' ends from memory.
+  const size_t key_base = keys->size();
+  keys->resize(key_base + blocks);
+  BlockKey* key_out = keys->data() + key_base;
+  PageId* page_out = nullptr;
+  size_t page_base = 0;
+  if (pages != nullptr) {
+    page_base = pages->size();
+    pages->resize(page_base + blocks);
+    page_out = pages->data() + page_base;
+  }
+  const Node* const nd = nodes.get();
+  const uint32_t* const arena = token_arena.get();
+  const uint32_t* block = tokens.data();
+  const size_t block_bytes = ps * sizeof(uint32_t);
   size_t i = 0;
-  for (; i < blocks && next != kNoPage; ++i) {
-    const Node& n = nodes[next];
+  for (; i < blocks && next != kNoPage; ++i, block += ps) {
+    const Node& n = nd[next];
     if (!IsChainChild(n, ns, parent) ||
-        std::memcmp(TokensOf(next), tokens.data() + i * ps,
-                    ps * sizeof(uint32_t)) != 0) {
+        std::memcmp(arena + size_t{next} * arena_page_size, block,
+                    block_bytes) != 0) {
       break;
     }
-    keys->push_back(n.key);
-    if (pages != nullptr) pages->push_back(next);
+    key_out[i] = n.key;
+    if (page_out != nullptr) page_out[i] = next;
     parent = next;
     next = n.hot_child;
   }
+  keys->resize(key_base + i);
+  if (pages != nullptr) pages->resize(page_base + i);
   return i;
 }
 
@@ -329,7 +367,8 @@ size_t RadixTree::ResolveTokenKeys(NamespaceId ns,
                                    absl::Span<const uint32_t> tokens,
                                    bool stop_at_missing,
                                    std::vector<BlockKey>* keys,
-                                   std::vector<PageId>* pages) const {
+                                   std::vector<PageId>* pages,
+                                   uint64_t* epoch) const {
   keys->clear();
   pages->clear();
   const Impl& m = *impl_;
@@ -338,6 +377,7 @@ size_t RadixTree::ResolveTokenKeys(NamespaceId ns,
   size_t known;
   {
     ReaderMutexLock lock(&m.mu);
+    if (epoch != nullptr) *epoch = m.eviction_epoch;
     root = m.namespaces[ns].root;
     ps = m.namespaces[ns].spec.page_size;
     known = m.WalkTokens(ns, tokens, keys, pages);
@@ -443,7 +483,7 @@ std::vector<NamespaceInfo> RadixTree::ListNamespaces() const {
 absl::StatusOr<MatchResult> RadixTree::Match(
     NamespaceId ns, absl::Span<const BlockKey> keys,
     absl::Span<const uint32_t> tokens,
-    absl::Span<const PageId> known_pages) const {
+    absl::Span<const PageId> known_pages, uint64_t known_epoch) const {
   Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
   if (absl::Status s = m.ValidateRequest("Match", ns, keys, tokens); !s.ok()) {
@@ -455,7 +495,7 @@ absl::StatusOr<MatchResult> RadixTree::Match(
   // Count-only walk (no vector): the hot path of routers and probes.
   const size_t ps = m.namespaces[ns].spec.page_size;
   PageId parent = kNoPage;
-  size_t i = m.KnownPrefix(ns, keys, known_pages, &parent, nullptr);
+  size_t i = m.KnownPrefix(ns, keys, known_pages, known_epoch, &parent, nullptr);
   r.matched_blocks = static_cast<uint32_t>(i);
   for (; i < keys.size(); ++i) {
     const PageId p = m.FindByKey(ns, parent, keys[i]);
@@ -494,7 +534,8 @@ absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
                        ? req.prompt_blocks
                        : static_cast<uint32_t>(req.keys.size());
   r.pages.reserve(req.keys.size());
-  m.MatchPath(req.ns, req.keys, req.tokens, req.known_pages, &r.pages,
+  m.MatchPath(req.ns, req.keys, req.tokens, req.known_pages, req.known_epoch,
+              &r.pages,
               &r.collisions);
   r.matched_blocks = static_cast<uint32_t>(r.pages.size());
 

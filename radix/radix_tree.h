@@ -129,6 +129,11 @@ struct AcquireRequest {
   // token-compared again; the first that fails the check falls back to the
   // lookup.
   absl::Span<const PageId> known_pages;
+  // The walk's eviction epoch (PrefixKeysByTokens' *epoch), when the caller
+  // walked known_pages for these keys in this namespace: while no cached
+  // page has left the tree since, known_pages are taken as they are (only
+  // the first and last re-checked) instead of page by page. 0: re-check each.
+  uint64_t known_epoch = 0;
   // Full blocks of the whole prompt when `keys` cover only its first blocks
   // (a caller that stops hashing at the first block the tree lacks; no
   // allocation then): counted in the lookup statistics and returned as
@@ -244,11 +249,13 @@ class RadixTree {
 
   // Longest cached prefix of `req.keys`; changes nothing (not even recency).
   // INVALID_ARGUMENT for an unknown ns or a tokens size that is not
-  // keys.size() * page_size. `known_pages`: as AcquireRequest::known_pages.
+  // keys.size() * page_size. `known_pages`, `known_epoch`: as in
+  // AcquireRequest.
   absl::StatusOr<MatchResult> Match(
       NamespaceId ns, absl::Span<const BlockKey> keys,
       absl::Span<const uint32_t> tokens,
-      absl::Span<const PageId> known_pages = {}) const;
+      absl::Span<const PageId> known_pages = {},
+      uint64_t known_epoch = 0) const;
 
   // The keys of a leading run of `tokens`' full blocks, found without
   // hashing: from the root, each step follows the child most recently
@@ -259,10 +266,12 @@ class RadixTree {
   // with AppendBlockKeys). A shorter run than the cached prefix is fine: the
   // hashed keys then find the rest. Changes nothing. 0 for an unknown ns.
   // With `pages`, also appends the pages walked (AcquireRequest::
-  // known_pages).
+  // known_pages); with `epoch`, sets it to the tree's eviction epoch at the
+  // walk (AcquireRequest::known_epoch; never 0).
   size_t PrefixKeysByTokens(NamespaceId ns, absl::Span<const uint32_t> tokens,
                             std::vector<BlockKey>* keys,
-                            std::vector<PageId>* pages = nullptr) const;
+                            std::vector<PageId>* pages = nullptr,
+                            uint64_t* epoch = nullptr) const;
 
   // Whether a cached block has this key (in any namespace, at any depth).
   bool ContainsKey(const BlockKey& key) const;
@@ -273,11 +282,12 @@ class RadixTree {
   // known_pages), the rest hashed with no lock held. With stop_at_missing,
   // hashing ends after the first block no cached node has: enough for a
   // lookup (the match ends there), not for allocating pages. Returns how
-  // many keys came from the walk. REQUIRES: ns was returned by
-  // RegisterNamespace.
+  // many keys came from the walk; `epoch` as in PrefixKeysByTokens.
+  // REQUIRES: ns was returned by RegisterNamespace.
   size_t ResolveTokenKeys(NamespaceId ns, absl::Span<const uint32_t> tokens,
                           bool stop_at_missing, std::vector<BlockKey>* keys,
-                          std::vector<PageId>* pages) const;
+                          std::vector<PageId>* pages,
+                          uint64_t* epoch = nullptr) const;
 
   // Pins the longest cached prefix and, with allocate, takes pages for the
   // following unmatched blocks (evicting LRU leaves as needed; fewer pages

@@ -201,18 +201,19 @@ struct RadixTree::Impl {
                     std::vector<BlockKey>* keys,
                     std::vector<PageId>* pages) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
-  // How many of `known` (AcquireRequest::known_pages) still hold keys'
-  // leading blocks; appends them to *out (if not null) and leaves *parent
-  // at the last.
+  // How many of `known` (AcquireRequest::known_pages, walked at
+  // `known_epoch`) still hold keys' leading blocks; appends them to *out (if
+  // not null) and leaves *parent at the last.
   size_t KnownPrefix(NamespaceId ns, absl::Span<const BlockKey> keys,
-                     absl::Span<const PageId> known, PageId* parent,
-                     std::vector<PageId>* out) const
+                     absl::Span<const PageId> known, uint64_t known_epoch,
+                     PageId* parent, std::vector<PageId>* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
   // Walks keys from the root; returns matched pages (verified), counting a
-  // rejected hit in *collisions. `known`: AcquireRequest::known_pages.
+  // rejected hit in *collisions. `known`, `known_epoch`: AcquireRequest's.
   void MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
                  absl::Span<const uint32_t> tokens,
-                 absl::Span<const PageId> known, std::vector<PageId>* out,
+                 absl::Span<const PageId> known, uint64_t known_epoch,
+                 std::vector<PageId>* out,
                  uint32_t* collisions) const ABSL_SHARED_LOCKS_REQUIRED(mu);
   // Whether the cached node at `p` is block `i` of this request.
   bool Verifies(PageId p, NamespaceId ns, PageId parent,
@@ -290,6 +291,11 @@ struct RadixTree::Impl {
   uint64_t writing_count ABSL_GUARDED_BY(mu) = 0;
   uint64_t cached_count ABSL_GUARDED_BY(mu) = 0;
   uint64_t pinned_count ABSL_GUARDED_BY(mu) = 0;
+  // Bumped by every eviction, the only way a cached node leaves the tree or
+  // changes key, parent, tokens or namespace. A token walk's pages are still
+  // valid while it is unchanged (AcquireRequest::known_epoch). Starts at 1:
+  // 0 means "not walked".
+  uint64_t eviction_epoch ABSL_GUARDED_BY(mu) = 1;
   std::vector<Namespace> namespaces ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<BlockKey, NamespaceId> ns_by_root ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<LeaseId, Lease> leases ABSL_GUARDED_BY(mu);

@@ -85,6 +85,9 @@ ABSL_FLAG(bool, packed_keys, false,
 ABSL_FLAG(bool, tokens_le, false,
           "send the prompt as bytes tokens_le (little-endian u32) instead of "
           "repeated uint32 tokens in the measured Acquire/Match calls");
+ABSL_FLAG(bool, pages_le, false,
+          "acquire: ask for the pages as bytes pages_le (little-endian u32) "
+          "instead of repeated uint64 pages, as radixkv::Client does");
 ABSL_FLAG(bool, release_in_acquire, false,
           "acquire: end each slot's previous lease with release_leases in its "
           "next Acquire instead of a separate Release call");
@@ -348,6 +351,7 @@ class LoadGen {
         pb::AcquireRequest a;
         a.set_session_id(c->session_id);
         a.set_allocate(false);
+        a.set_pages_le(absl::GetFlag(FLAGS_pages_le));
         // acquire_miss: tokens far away from anything cached.
         // acquire_miss: other tokens of the same varint width (< 2^14), so
         // the request costs the same to parse as the cached prompt.

@@ -330,8 +330,9 @@ TEST_F(ClientTest, StoppedDaemonDegradesAtTheDeadline) {
   EXPECT_TRUE(recovered);
 }
 
-// The default wire form (tokens_le, block_keys_packed) and the legacy one
-// (repeated tokens / block_keys) name the same blocks and pages.
+// The default wire form (tokens_le, block_keys_packed, pages_le) and the
+// legacy one (repeated tokens / block_keys / pages) name the same blocks and
+// pages.
 TEST_F(ClientTest, PackedAndLegacyPromptFieldsAgree) {
   auto packed = Connect(Options());
   ClientOptions lo = Options();

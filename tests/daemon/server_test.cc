@@ -218,6 +218,18 @@ TEST_F(ServerTest, PromptFormsAreEquivalent) {
   auto pages = [](const v1::AcquireResponse& r) {
     return std::vector<uint64_t>(r.pages().begin(), r.pages().end());
   };
+  // pages_le: 4 little-endian bytes per page.
+  auto pages_le = [](const v1::AcquireResponse& r) {
+    std::vector<uint64_t> out;
+    const std::string& b = r.pages_le();
+    EXPECT_EQ(b.size() % 4, 0u);
+    for (size_t i = 0; i + 4 <= b.size(); i += 4) {
+      const auto* u = reinterpret_cast<const unsigned char*>(b.data() + i);
+      out.push_back(uint64_t{u[0]} | uint64_t{u[1]} << 8 | uint64_t{u[2]} << 16 |
+                    uint64_t{u[3]} << 24);
+    }
+    return out;
+  };
 
   // Cache the prompt through tokens_le.
   v1::AcquireResponse a;
@@ -254,15 +266,42 @@ TEST_F(ServerTest, PromptFormsAreEquivalent) {
       },
       [&](auto* r) { r->set_block_keys_packed(packed); },
   };
+  // Asked for pages_le, the same pages come as bytes and `pages` is empty.
   for (size_t f = 0; f < forms.size(); ++f) {
-    SCOPED_TRACE(f);
-    v1::AcquireResponse hit;
-    ASSERT_TRUE(acquire(forms[f], false, &hit).ok());
-    EXPECT_EQ(hit.total_blocks(), 4u);
-    EXPECT_EQ(hit.matched_blocks(), 4u);
-    EXPECT_EQ(pages(hit), committed);
-    ASSERT_TRUE(Release(session.id(), hit.lease_id()).ok());
+    for (bool le : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "form " << f << " pages_le " << le);
+      v1::AcquireResponse hit;
+      ASSERT_TRUE(acquire(
+                      [&](v1::AcquireRequest* r) {
+                        forms[f](r);
+                        r->set_pages_le(le);
+                      },
+                      false, &hit)
+                      .ok());
+      EXPECT_EQ(hit.total_blocks(), 4u);
+      EXPECT_EQ(hit.matched_blocks(), 4u);
+      EXPECT_EQ(le ? pages_le(hit) : pages(hit), committed);
+      EXPECT_TRUE(le ? hit.pages().empty() : hit.pages_le().empty());
+      ASSERT_TRUE(Release(session.id(), hit.lease_id()).ok());
+    }
   }
+  // With allocation: the matched pages, then the new ones, in both forms.
+  auto longer = tokens;
+  for (int i = 0; i < 8; ++i) longer.push_back(100 + i);
+  v1::AcquireResponse grow_le;
+  ASSERT_TRUE(acquire(
+                  [&](v1::AcquireRequest* r) {
+                    SetTokensLe(r, longer);
+                    r->set_pages_le(true);
+                  },
+                  true, &grow_le)
+                  .ok());
+  ASSERT_EQ(grow_le.matched_blocks(), 4u);
+  ASSERT_EQ(grow_le.new_blocks(), 2u);
+  const std::vector<uint64_t> grown = pages_le(grow_le);
+  ASSERT_EQ(grown.size(), 6u);
+  EXPECT_EQ(std::vector<uint64_t>(grown.begin(), grown.begin() + 4), committed);
+  ASSERT_TRUE(Release(session.id(), grow_le.lease_id()).ok());
 
   // Match: same answer from each form; a prefix of the keys matches less.
   v1::MatchResponse m_tokens, m_le, m_keys, m_packed, m_short;

@@ -44,6 +44,7 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
 
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> hits{0};
+  std::atomic<uint64_t> wrong_pages{0};
   auto worker = [&](int id) {
     std::mt19937 rng(1000 + id);
     auto rand = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
@@ -57,22 +58,41 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
         for (uint32_t& x : t) x = rand(4);
         const auto keys = ComputeBlockKeys(roots[ns], kPageSize, t);
         // Half the time the way radixkvd resolves token prompts: the token
-        // walk, then hashing the rest; the keys must come out the same.
+        // walk (its pages trusted while nothing was evicted since), then
+        // hashing the rest; the keys must come out the same.
         std::vector<BlockKey> walked;
         std::vector<PageId> pages;
+        uint64_t epoch = 0;
         if (rand(2) == 0) {
           tree.ResolveTokenKeys(ns, t, /*stop_at_missing=*/false, &walked,
-                                &pages);
+                                &pages, &epoch);
           if (walked != keys) errors.fetch_add(1);
         }
         absl::StatusOr<AcquireResult> a = tree.Acquire(
             {.ns = ns, .keys = keys, .tokens = t, .allocate = rand(5) != 0,
-             .chain_keys = true, .known_pages = pages});
+             .chain_keys = true, .known_pages = pages, .known_epoch = epoch});
         if (!a.ok()) {
           errors.fetch_add(1);
           continue;
         }
         hits.fetch_add(a->matched_blocks);
+        // The matched pages are pinned, so they stay the ones the index
+        // holds for these keys, whatever the other threads do.
+        if (a->matched_blocks != 0) {
+          absl::StatusOr<std::vector<BlockExplanation>> e =
+              tree.Explain(ns, absl::MakeConstSpan(keys).first(a->matched_blocks),
+                           {});
+          if (!e.ok()) {
+            errors.fetch_add(1);
+          } else {
+            for (uint32_t b = 0; b < a->matched_blocks; ++b) {
+              if ((*e)[b].status != BlockStatus::kCached ||
+                  (*e)[b].page != a->pages[b]) {
+                wrong_pages.fetch_add(1);
+              }
+            }
+          }
+        }
         if (a->lease != 0) {
           held.emplace_back(&tree, a->lease);
           uncommitted.push_back(a->new_blocks);
@@ -119,6 +139,7 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
   for (std::thread& t : threads) t.join();
 
   EXPECT_EQ(errors.load(), 0u);
+  EXPECT_EQ(wrong_pages.load(), 0u);
   ASSERT_TRUE(tree.CheckInvariants().ok()) << tree.CheckInvariants();
   const TreeStats s = tree.GetStats();
   EXPECT_EQ(s.leases, 0u);

@@ -639,6 +639,67 @@ TEST_F(RadixTreeTest, KnownPagesAreRecheckedNotTrusted) {
   EXPECT_TRUE(stale.pages.empty());
 }
 
+TEST_F(RadixTreeTest, KnownEpochHoldsUntilAnEviction) {
+  const Tokens a = {1, 2, 3, 4, 5, 6};
+  const Tokens c = {1, 2, 3, 4, 9, 9};  // shares a's first two blocks
+  InsertChain(a);
+  std::vector<BlockKey> keys;
+  std::vector<PageId> pages;
+  uint64_t epoch = 0;
+  ASSERT_EQ(tree_.PrefixKeysByTokens(ns_, a, &keys, &pages, &epoch), 3u);
+  EXPECT_NE(epoch, 0u);  // 0 is reserved for "not walked"
+  auto acquire = [&](const Tokens& t, absl::Span<const PageId> known,
+                     uint64_t known_epoch) {
+    const auto k = Keys(t);
+    AcquireResult r = tree_
+                          .Acquire({.ns = ns_,
+                                    .keys = k,
+                                    .tokens = t,
+                                    .allocate = false,
+                                    .chain_keys = true,
+                                    .known_pages = known,
+                                    .known_epoch = known_epoch})
+                          .value();
+    if (r.lease != 0) {
+      EXPECT_TRUE(tree_.Release(r.lease).ok());
+    }
+    return r;
+  };
+  auto match = [&](const Tokens& t, absl::Span<const PageId> known,
+                   uint64_t known_epoch) {
+    return tree_.Match(ns_, Keys(t), t, known, known_epoch)
+        .value()
+        .matched_blocks;
+  };
+  // Matches, pins and releases change no epoch.
+  EXPECT_EQ(acquire(a, pages, epoch).pages, pages);
+  EXPECT_EQ(match(a, pages, epoch), 3u);
+  uint64_t again = 0;
+  std::vector<BlockKey> keys2;
+  tree_.PrefixKeysByTokens(ns_, a, &keys2, nullptr, &again);
+  EXPECT_EQ(again, epoch);
+  // Pages of another prompt at the current epoch: the ends are re-checked
+  // and the lookup decides.
+  AcquireResult other = acquire(c, pages, epoch);
+  EXPECT_EQ(other.matched_blocks, 2u);
+  EXPECT_EQ(other.pages, std::vector<PageId>(pages.begin(), pages.begin() + 2));
+  EXPECT_EQ(match(c, pages, epoch), 2u);
+  // A shorter list is taken, the rest looked up.
+  EXPECT_EQ(acquire(a, absl::MakeConstSpan(pages).first(1), epoch).pages,
+            pages);
+  // An eviction moves the epoch; a's last page reused under the same parent
+  // by c is caught by the per-page check.
+  ASSERT_EQ(tree_.Evict(1), 1u);
+  InsertChain(c);
+  tree_.PrefixKeysByTokens(ns_, a, &keys2, nullptr, &again);
+  EXPECT_GT(again, epoch);
+  AcquireResult stale = acquire(a, pages, epoch);
+  EXPECT_EQ(stale.matched_blocks, 2u);
+  EXPECT_EQ(match(a, pages, epoch), 2u);
+  for (PageId p : stale.pages) EXPECT_NE(p, pages[2]);
+  ASSERT_TRUE(tree_.CheckInvariants().ok());
+}
+
 TEST_F(RadixTreeTest, PromptBlocksCountsKeysNotHashed) {
   const Tokens t = {1, 2, 3, 4};
   Insert(t);
