@@ -21,7 +21,9 @@
 #      number of concurrent lookups multiplexed as HTTP/2 streams over
 #      fewer connections (LOOKUP_STREAMS per connection), as one gRPC
 #      channel per worker carries them; Redis has no equivalent short of
-#      pipelining, which the 128 EXISTS already use.
+#      pipelining, which the 128 EXISTS already use. The same daemon's empty
+#      handler at both shapes gives the transport's ceiling: the most any
+#      gRPC lookup could reach there, and so the best ratio possible.
 #  (c) in-process hash+match, eviction and index memory (inproc_figures),
 #      printed next to the anchors' PUBLISHED figures (not measured here).
 #
@@ -209,7 +211,14 @@ kmux=$("$loadgen" --endpoint="unix:$ksock" --duration="$duration" --warmup=1 --j
   --inflight="$lookup_streams" --prompt_blocks=$prompt_blocks --page_size=$page_size \
   --label=match_packed_keys_vs_redis_mux)
 echo "$kmux" >>"$out"
-/usr/bin/python3 - "$match" "$redis_rps" "${h2:-}" "$prompt_blocks" "$out" "$kmatch" "$mux" "$kmux" "$lookup_mux_conns" "$lookup_streams" <<'EOF'
+# The transport's ceiling at each shape: the same daemon's empty handler
+# driven like the lookups. No Match can beat it, so it bounds the ratio.
+hshape=$(lg --method=health --connections="$lookup_conc" --inflight=1 --label=health_lookup_shape)
+echo "$hshape" >>"$out"
+hmux=$(lg --method=health --connections="$lookup_mux_conns" --inflight="$lookup_streams" \
+  --label=health_lookup_shape_mux)
+echo "$hmux" >>"$out"
+/usr/bin/python3 - "$match" "$redis_rps" "${h2:-}" "$prompt_blocks" "$out" "$kmatch" "$mux" "$kmux" "$lookup_mux_conns" "$lookup_streams" "$hshape" "$hmux" "$lookup_conc" <<'EOF'
 import json, sys
 m = json.loads(sys.argv[1]); redis_exists = float(sys.argv[2]); h2 = sys.argv[3]
 blocks = int(sys.argv[4]); k = json.loads(sys.argv[6])
@@ -232,6 +241,12 @@ for name, r in (("tokens", mux), ("key mode", kmux)):
     print("radixkv Match, %-8s, %s %9.0f lookups/s  p99 %.0f us  errors %d  ratio %.2fx"
           % (name, mux_shape, r["requests_per_second"], r["p99_us"], r["errors"],
              r["requests_per_second"] / redis_lookups))
+for shape, h, ms in (("%s connections x 1 call" % sys.argv[13], json.loads(sys.argv[11]), (m, k)),
+                     (mux_shape, json.loads(sys.argv[12]), (mux, kmux))):
+    print("ceiling: empty handler, %s %9.0f calls/s = %.2fx Redis; Match tokens / key mode reach %.0f %% / %.0f %% of it"
+          % (shape, h["requests_per_second"], h["requests_per_second"] / redis_lookups,
+             100 * ms[0]["requests_per_second"] / h["requests_per_second"],
+             100 * ms[1]["requests_per_second"] / h["requests_per_second"]))
 EOF
 
 echo
