@@ -98,6 +98,31 @@ class RadixTreeTest : public testing::Test {
     if (a->lease == 0) return;
     ASSERT_TRUE(tree_.Commit(a->lease, a->new_blocks, true).ok());
   }
+  // A chain-keyed lookup of `t` (no allocation) handing the tree a walk's
+  // pages (and its epoch); ends the lease at once.
+  AcquireResult AcquireKnown(const Tokens& t, absl::Span<const PageId> known,
+                             uint64_t known_epoch = 0) {
+    const auto k = Keys(t);
+    AcquireResult r = tree_
+                          .Acquire({.ns = ns_,
+                                    .keys = k,
+                                    .tokens = t,
+                                    .allocate = false,
+                                    .chain_keys = true,
+                                    .known_pages = known,
+                                    .known_epoch = known_epoch})
+                          .value();
+    if (r.lease != 0) {
+      EXPECT_TRUE(tree_.Release(r.lease).ok());
+    }
+    return r;
+  }
+  uint32_t MatchKnown(const Tokens& t, absl::Span<const PageId> known,
+                      uint64_t known_epoch = 0) {
+    return tree_.Match(ns_, Keys(t), t, known, known_epoch)
+        .value()
+        .matched_blocks;
+  }
   // PrefixKeysByTokens's keys for `t`; each must be the chain key.
   std::vector<BlockKey> WalkKeys(const Tokens& t) {
     std::vector<BlockKey> keys;
@@ -599,42 +624,24 @@ TEST_F(RadixTreeTest, KnownPagesAreRecheckedNotTrusted) {
   std::vector<PageId> pages;
   ASSERT_EQ(tree_.PrefixKeysByTokens(ns_, a, &keys, &pages), 3u);
   ASSERT_EQ(pages.size(), 3u);
-  auto acquire = [&](const Tokens& t, absl::Span<const PageId> known) {
-    const auto k = Keys(t);
-    AcquireResult r = tree_
-                          .Acquire({.ns = ns_,
-                                    .keys = k,
-                                    .tokens = t,
-                                    .allocate = false,
-                                    .chain_keys = true,
-                                    .known_pages = known})
-                          .value();
-    if (r.lease != 0) {
-      EXPECT_TRUE(tree_.Release(r.lease).ok());
-    }
-    return r;
-  };
-  auto match = [&](const Tokens& t, absl::Span<const PageId> known) {
-    return tree_.Match(ns_, Keys(t), t, known).value().matched_blocks;
-  };
-  EXPECT_EQ(match(a, pages), 3u);
-  EXPECT_EQ(match(b, pages), 0u);
+  EXPECT_EQ(MatchKnown(a, pages), 3u);
+  EXPECT_EQ(MatchKnown(b, pages), 0u);
   // Valid: the same answer as the lookup.
-  AcquireResult hit = acquire(a, pages);
+  AcquireResult hit = AcquireKnown(a, pages);
   EXPECT_EQ(hit.matched_blocks, 3u);
   EXPECT_EQ(hit.pages, pages);
   // Another prompt's pages, a page out of range, a shortened list: the
   // lookup decides.
-  EXPECT_EQ(acquire(b, pages).matched_blocks, 0u);
+  EXPECT_EQ(AcquireKnown(b, pages).matched_blocks, 0u);
   const std::vector<PageId> bogus = {kCapacity + 5, 0, 1};
-  EXPECT_EQ(acquire(a, bogus).matched_blocks, 3u);
-  EXPECT_EQ(acquire(a, absl::MakeConstSpan(pages).first(1)).matched_blocks, 3u);
+  EXPECT_EQ(AcquireKnown(a, bogus).matched_blocks, 3u);
+  EXPECT_EQ(AcquireKnown(a, absl::MakeConstSpan(pages).first(1)).matched_blocks, 3u);
   // Stale: a is evicted and its pages reused by b.
   tree_.Clear();
   InsertChain(b);
-  EXPECT_EQ(match(a, pages), 0u);
-  EXPECT_EQ(match(b, pages), 3u);  // b's own blocks, found by lookup
-  AcquireResult stale = acquire(a, pages);
+  EXPECT_EQ(MatchKnown(a, pages), 0u);
+  EXPECT_EQ(MatchKnown(b, pages), 3u);  // b's own blocks, found by lookup
+  AcquireResult stale = AcquireKnown(a, pages);
   EXPECT_EQ(stale.matched_blocks, 0u);
   EXPECT_TRUE(stale.pages.empty());
 }
@@ -648,44 +655,21 @@ TEST_F(RadixTreeTest, KnownEpochHoldsUntilAnEviction) {
   uint64_t epoch = 0;
   ASSERT_EQ(tree_.PrefixKeysByTokens(ns_, a, &keys, &pages, &epoch), 3u);
   EXPECT_NE(epoch, 0u);  // 0 is reserved for "not walked"
-  auto acquire = [&](const Tokens& t, absl::Span<const PageId> known,
-                     uint64_t known_epoch) {
-    const auto k = Keys(t);
-    AcquireResult r = tree_
-                          .Acquire({.ns = ns_,
-                                    .keys = k,
-                                    .tokens = t,
-                                    .allocate = false,
-                                    .chain_keys = true,
-                                    .known_pages = known,
-                                    .known_epoch = known_epoch})
-                          .value();
-    if (r.lease != 0) {
-      EXPECT_TRUE(tree_.Release(r.lease).ok());
-    }
-    return r;
-  };
-  auto match = [&](const Tokens& t, absl::Span<const PageId> known,
-                   uint64_t known_epoch) {
-    return tree_.Match(ns_, Keys(t), t, known, known_epoch)
-        .value()
-        .matched_blocks;
-  };
   // Matches, pins and releases change no epoch.
-  EXPECT_EQ(acquire(a, pages, epoch).pages, pages);
-  EXPECT_EQ(match(a, pages, epoch), 3u);
+  EXPECT_EQ(AcquireKnown(a, pages, epoch).pages, pages);
+  EXPECT_EQ(MatchKnown(a, pages, epoch), 3u);
   uint64_t again = 0;
   std::vector<BlockKey> keys2;
   tree_.PrefixKeysByTokens(ns_, a, &keys2, nullptr, &again);
   EXPECT_EQ(again, epoch);
   // Pages of another prompt at the current epoch: the ends are re-checked
   // and the lookup decides.
-  AcquireResult other = acquire(c, pages, epoch);
+  AcquireResult other = AcquireKnown(c, pages, epoch);
   EXPECT_EQ(other.matched_blocks, 2u);
   EXPECT_EQ(other.pages, std::vector<PageId>(pages.begin(), pages.begin() + 2));
-  EXPECT_EQ(match(c, pages, epoch), 2u);
+  EXPECT_EQ(MatchKnown(c, pages, epoch), 2u);
   // A shorter list is taken, the rest looked up.
-  EXPECT_EQ(acquire(a, absl::MakeConstSpan(pages).first(1), epoch).pages,
+  EXPECT_EQ(AcquireKnown(a, absl::MakeConstSpan(pages).first(1), epoch).pages,
             pages);
   // An eviction moves the epoch; a's last page reused under the same parent
   // by c is caught by the per-page check.
@@ -693,9 +677,9 @@ TEST_F(RadixTreeTest, KnownEpochHoldsUntilAnEviction) {
   InsertChain(c);
   tree_.PrefixKeysByTokens(ns_, a, &keys2, nullptr, &again);
   EXPECT_GT(again, epoch);
-  AcquireResult stale = acquire(a, pages, epoch);
+  AcquireResult stale = AcquireKnown(a, pages, epoch);
   EXPECT_EQ(stale.matched_blocks, 2u);
-  EXPECT_EQ(match(a, pages, epoch), 2u);
+  EXPECT_EQ(MatchKnown(a, pages, epoch), 2u);
   for (PageId p : stale.pages) EXPECT_NE(p, pages[2]);
   ASSERT_TRUE(tree_.CheckInvariants().ok());
 }
