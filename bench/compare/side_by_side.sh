@@ -34,8 +34,10 @@
 # (a), default 8 blocks), LOOKUP_CONC for (b) (default 16), LOOKUP_STREAMS
 # (streams per connection for (b)'s multiplexed rows, default 4),
 # OUT (a JSON-lines file for the results; default $WORK/results.jsonl),
-# LOADGEN_FLAGS (extra loadgen flags for every radixkv measurement, e.g.
-# --key_mode, which needs RADIXKVD_FLAGS=--allow_key_mode), RADIXKVD_FLAGS.
+# LOADGEN_FLAGS (loadgen flags for every radixkv measurement; default
+# "--tokens_le --pages_le", the wire form radixkv::Client uses; set it empty
+# for the plain `tokens` / `pages` fields, or e.g. to --key_mode, which
+# needs RADIXKVD_FLAGS=--allow_key_mode), RADIXKVD_FLAGS.
 # Everything runs on loopback/unix sockets under /tmp and is stopped on exit.
 set -euo pipefail
 
@@ -88,7 +90,8 @@ json_field() {  # json key
 }
 
 echo "# side_by_side: $(date -u +%F) on $(nproc) cores ($(uname -r)); daemon, load generators and Redis share these cores"
-read -r -a extra_flags <<<"${LOADGEN_FLAGS:-}"
+read -r -a extra_flags <<<"${LOADGEN_FLAGS---tokens_le --pages_le}"
+echo "# loadgen flags for radixkv: ${extra_flags[*]:-(none: plain tokens / pages fields)}"
 read -r -a daemon_flags <<<"${RADIXKVD_FLAGS:-}"
 "$radixkvd" --socket="$dsock" --metrics_listen= --pool=none,pages=100000 \
   "${daemon_flags[@]}" >"$work/radixkvd.log" 2>&1 &
