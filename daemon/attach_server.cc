@@ -334,11 +334,14 @@ void AttachServer::Serve(Pending* conn) {
   }
   std::string bytes;
   response.SerializeToString(&bytes);
+  // Counted before the reply leaves: a worker that has its reply (and
+  // whoever it tells) must find itself in stats(), as a refused one does.
+  served_.fetch_add(1, std::memory_order_relaxed);
   if (absl::Status s = gpu::SendWithFds(fd.get(), bytes, chunk_fds); !s.ok()) {
+    served_.fetch_sub(1, std::memory_order_relaxed);
     Refuse(*conn, absl::StrCat("sending the reply failed: ", s.message()));
     return;
   }
-  served_.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace radixkv::daemon
