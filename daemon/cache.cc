@@ -618,9 +618,8 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) 
   resp->set_namespace_id(root_bytes, sizeof(root_bytes));
   resp->set_total_blocks(p.total_blocks);
   if (!known) return absl::OkStatus();
-  ASSIGN_OR_RETURN(MatchResult r,
-                   t->Match(ns.id, p.keys, p.tokens, p.known_pages,
-                                    p.known_epoch));
+  ASSIGN_OR_RETURN(MatchResult r, t->Match(ns.id, p.keys, p.tokens,
+                                           p.known_pages, p.known_epoch));
   resp->set_matched_blocks(r.matched_blocks);
   resp->set_matched_tokens(uint64_t{r.matched_blocks} * spec.page_size);
   return absl::OkStatus();

@@ -322,38 +322,19 @@ size_t RadixTree::Impl::WalkTokens(NamespaceId ns,
   const size_t blocks = tokens.size() / ps;
   PageId parent = kNoPage;
   PageId next = namespaces[ns].hot_root;
-  if (blocks == 0 || next == kNoPage) return 0;
-  // Sized once and written through local pointers: the loop's stores cannot
-  // then make the compiler reload the vectors' ends from memory.
-  const size_t key_base = keys->size();
-  keys->resize(key_base + blocks);
-  BlockKey* key_out = keys->data() + key_base;
-  PageId* page_out = nullptr;
-  size_t page_base = 0;
-  if (pages != nullptr) {
-    page_base = pages->size();
-    pages->resize(page_base + blocks);
-    page_out = pages->data() + page_base;
-  }
-  const Node* const nd = nodes.get();
-  const uint32_t* const arena = token_arena.get();
-  const uint32_t* block = tokens.data();
-  const size_t block_bytes = ps * sizeof(uint32_t);
   size_t i = 0;
-  for (; i < blocks && next != kNoPage; ++i, block += ps) {
-    const Node& n = nd[next];
+  for (; i < blocks && next != kNoPage; ++i) {
+    const Node& n = nodes[next];
     if (!IsChainChild(n, ns, parent) ||
-        std::memcmp(arena + size_t{next} * arena_page_size, block,
-                    block_bytes) != 0) {
+        std::memcmp(TokensOf(next), tokens.data() + i * ps,
+                    ps * sizeof(uint32_t)) != 0) {
       break;
     }
-    key_out[i] = n.key;
-    if (page_out != nullptr) page_out[i] = next;
+    keys->push_back(n.key);
+    if (pages != nullptr) pages->push_back(next);
     parent = next;
     next = n.hot_child;
   }
-  keys->resize(key_base + i);
-  if (pages != nullptr) pages->resize(page_base + i);
   return i;
 }
 
@@ -535,8 +516,7 @@ absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
                        : static_cast<uint32_t>(req.keys.size());
   r.pages.reserve(req.keys.size());
   m.MatchPath(req.ns, req.keys, req.tokens, req.known_pages, req.known_epoch,
-              &r.pages,
-              &r.collisions);
+              &r.pages, &r.collisions);
   r.matched_blocks = static_cast<uint32_t>(r.pages.size());
 
   m.stats.lookups++;
