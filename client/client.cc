@@ -45,10 +45,14 @@ void SetPromptTokens(absl::Span<const uint32_t> tokens, bool legacy,
     return;
   }
   std::string* le = req->mutable_tokens_le();
-  le->resize(tokens.size() * sizeof(uint32_t));
   if constexpr (std::endian::native == std::endian::little) {
-    if (!tokens.empty()) std::memcpy(le->data(), tokens.data(), le->size());
+    // One copy; resize-then-copy would first zero the whole prompt.
+    if (!tokens.empty()) {
+      le->assign(reinterpret_cast<const char*>(tokens.data()),
+                 tokens.size() * sizeof(uint32_t));
+    }
   } else {
+    le->resize(tokens.size() * sizeof(uint32_t));
     for (size_t i = 0; i < tokens.size(); ++i) {
       const uint32_t v = __builtin_bswap32(tokens[i]);
       std::memcpy(le->data() + i * sizeof(v), &v, sizeof(v));

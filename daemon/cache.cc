@@ -513,9 +513,11 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   resp->set_matched_tokens(uint64_t{r.matched_blocks} * b.page_size);
   if (req.pages_le()) {
     // Host order is little-endian (static_assert above).
-    std::string* le = resp->mutable_pages_le();
-    le->resize(r.pages.size() * sizeof(PageId));
-    if (!r.pages.empty()) std::memcpy(le->data(), r.pages.data(), le->size());
+    if (!r.pages.empty()) {
+      resp->mutable_pages_le()->assign(
+          reinterpret_cast<const char*>(r.pages.data()),
+          r.pages.size() * sizeof(PageId));
+    }
   } else {
     resp->mutable_pages()->Reserve(static_cast<int>(r.pages.size()));
     for (PageId page : r.pages) resp->add_pages(page);
