@@ -481,10 +481,6 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   // the first block the tree lacks.
   ResolveKeys(b.root, b.page_size, t, b.ns, /*all_keys=*/req.allocate(), &p);
   CountResolved(p);
-  for (uint64_t lease : req.release_leases()) {
-    sessions_.RemoveLease(lease);
-    RETURN_IF_ERROR(WithField("release_leases", t->Release(lease)));
-  }
   AcquireRequest areq;
   areq.ns = b.ns;
   areq.keys = p.keys;
@@ -495,7 +491,20 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   if (p.keys.size() < p.total_blocks) areq.prompt_blocks = p.total_blocks;
   areq.allocate = req.allocate();
   areq.max_new_blocks = req.max_new_blocks();
-  ASSIGN_OR_RETURN(AcquireResult r, t->Acquire(areq));
+  // The tree ends release_leases within the Acquire (after pinning the
+  // match, before allocating), so a prefix both leases hold is not unpinned
+  // and pinned again; the session's books follow once it has.
+  const auto& carried = req.release_leases();
+  areq.end_leases = absl::MakeConstSpan(carried.data(), carried.size());
+  absl::StatusOr<AcquireResult> acquired = t->Acquire(areq);
+  if (!acquired.ok()) {
+    // NOT_FOUND: a listed lease expired since CheckReleaseLeases.
+    return absl::IsNotFound(acquired.status())
+               ? WithField("release_leases", acquired.status())
+               : acquired.status();
+  }
+  AcquireResult& r = *acquired;
+  for (uint64_t lease : carried) sessions_.RemoveLease(lease);
   absl::Time expires = absl::InfinitePast();
   if (r.lease != 0) {
     absl::StatusOr<absl::Time> added =

@@ -14,6 +14,7 @@
 
 #include <sys/mman.h>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "radix/radix_tree_internal.h"
 
@@ -510,6 +511,21 @@ absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
         " must be 0 or, without allocate, at least keys.size()=",
         req.keys.size()));
   }
+  // Checked whole before anything changes; ending one twice would unpin
+  // its pages twice.
+  absl::flat_hash_set<LeaseId> seen;
+  for (size_t i = 0; i < req.end_leases.size(); ++i) {
+    const LeaseId id = req.end_leases[i];
+    if (!m.leases.contains(id)) {
+      return absl::NotFoundError(absl::StrCat(
+          "Acquire: end_leases[", i, "]: lease_id=", id,
+          " is unknown or ended"));
+    }
+    if (req.end_leases.size() > 1 && !seen.insert(id).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Acquire: end_leases: lease_id=", id, " is listed twice"));
+    }
+  }
   AcquireResult r;
   r.total_blocks = req.prompt_blocks != 0
                        ? req.prompt_blocks
@@ -532,6 +548,13 @@ absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
     m.Pin(p, now);
     m.SetHotChild(req.ns, parent, p);
     parent = p;
+  }
+  // Then end the leases the caller is done with: pages this Acquire just
+  // pinned only lose a reference; the rest become evictable (or free).
+  for (LeaseId id : req.end_leases) {
+    auto it = m.leases.find(id);
+    m.EndLease(it->second);
+    m.leases.erase(it);
   }
 
   uint32_t want = 0;

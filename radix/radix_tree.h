@@ -139,6 +139,12 @@ struct AcquireRequest {
   // allocation then): counted in the lookup statistics and returned as
   // total_blocks. 0: keys.size().
   uint32_t prompt_blocks = 0;
+  // Leases to end in the same step, as Release would: after the matched
+  // prefix is pinned and before any page is allocated, so pages both hold
+  // stay pinned throughout (no trip through the recency list) and pages they
+  // free can be allocated. Every one must be live and listed once, else
+  // NOT_FOUND / INVALID_ARGUMENT naming it, and nothing changes.
+  absl::Span<const LeaseId> end_leases;
 };
 
 struct AcquireResult {

@@ -170,6 +170,19 @@ TEST_F(ServerTest, AcquireEndsTheLeasesItIsAskedToRelease) {
   s = Stats();
   EXPECT_EQ(s.leases(), 1u);
   EXPECT_EQ(s.pinned_pages(), 4u);
+  // So does a call that fails for another reason (two prompt forms).
+  req.clear_release_leases();
+  req.add_release_leases(hit2.lease_id());
+  SetTokensLe(&req, tokens);  // with `tokens` still set
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    EXPECT_EQ(kv_->Acquire(&ctx, req, &refused).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  s = Stats();
+  EXPECT_EQ(s.leases(), 1u);
+  EXPECT_EQ(s.pinned_pages(), 4u);
   ASSERT_TRUE(Release(session.id(), hit2.lease_id()).ok());
   EXPECT_EQ(Stats().leases(), 0u);
 }

@@ -68,12 +68,26 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
                                 &pages, &epoch);
           if (walked != keys) errors.fetch_add(1);
         }
+        // Sometimes the Acquire also ends a held lease (release_leases).
+        LeaseId ends[1] = {0};
+        size_t ending = held.size();
+        if (!held.empty() && rand(4) == 0) {
+          ending = rand(static_cast<uint32_t>(held.size()));
+          ends[0] = held[ending].id();
+        }
         absl::StatusOr<AcquireResult> a = tree.Acquire(
             {.ns = ns, .keys = keys, .tokens = t, .allocate = rand(5) != 0,
-             .chain_keys = true, .known_pages = pages, .known_epoch = epoch});
+             .chain_keys = true, .known_pages = pages, .known_epoch = epoch,
+             .end_leases =
+                 absl::MakeConstSpan(ends, ending < held.size() ? 1 : 0)});
         if (!a.ok()) {
           errors.fetch_add(1);
           continue;
+        }
+        if (ending < held.size()) {
+          held[ending].TakeId();  // ended by the Acquire
+          held.erase(held.begin() + ending);
+          uncommitted.erase(uncommitted.begin() + ending);
         }
         hits.fetch_add(a->matched_blocks);
         // The matched pages are pinned, so they stay the ones the index

@@ -646,6 +646,78 @@ TEST_F(RadixTreeTest, KnownPagesAreRecheckedNotTrusted) {
   EXPECT_TRUE(stale.pages.empty());
 }
 
+TEST_F(RadixTreeTest, EndLeasesEndsThemBetweenPinAndAllocation) {
+  const Tokens a = {1, 2, 3, 4, 5, 6};  // 3 blocks
+  InsertChain(a);
+  const AcquireResult held = AcquireKnown(a, {});  // released at once
+  ASSERT_EQ(held.matched_blocks, 3u);
+  // A lease on a's prefix, then the same prefix again ending it: the new
+  // lease holds the same pages, and only it pins them.
+  const auto keys = Keys(a);
+  const LeaseId first =
+      tree_.Acquire({.ns = ns_, .keys = keys, .tokens = a}).value().lease;
+  ASSERT_NE(first, 0u);
+  const LeaseId ends[] = {first};
+  AcquireResult again = tree_
+                            .Acquire({.ns = ns_,
+                                      .keys = keys,
+                                      .tokens = a,
+                                      .end_leases = ends})
+                            .value();
+  EXPECT_EQ(again.pages, held.pages);
+  EXPECT_EQ(tree_.GetStats().leases, 1u);
+  EXPECT_EQ(tree_.GetStats().pinned_pages, 3u);
+  EXPECT_TRUE(absl::IsNotFound(tree_.Release(first)));  // already ended
+  // Pages a lease frees can be allocated by the Acquire that ends it:
+  // the other 5 pages are all writing for `w`, a's 3 are pinned by `again`.
+  const Tokens five = {9, 9, 8, 8, 7, 7, 6, 6, 5, 5};
+  const AcquireResult w = Acquire(five);
+  ASSERT_EQ(w.new_blocks, 5u);
+  EXPECT_EQ(Acquire({40, 41}).new_blocks, 0u);  // nothing left to take
+  const Tokens other = {20, 21, 22, 23, 24, 25, 26, 27, 28, 29};
+  const auto other_keys = Keys(other);
+  const LeaseId w_only[] = {w.lease};
+  AcquireResult reused = tree_
+                             .Acquire({.ns = ns_,
+                                       .keys = other_keys,
+                                       .tokens = other,
+                                       .allocate = true,
+                                       .end_leases = w_only})
+                             .value();
+  EXPECT_EQ(reused.new_blocks, 5u);
+  ASSERT_TRUE(tree_.Release(reused.lease).ok());
+  ASSERT_TRUE(tree_.Release(again.lease).ok());
+  EXPECT_EQ(tree_.GetStats().pinned_pages, 0u);
+  EXPECT_EQ(tree_.GetStats().writing_pages, 0u);
+  ASSERT_TRUE(tree_.CheckInvariants().ok()) << tree_.CheckInvariants();
+}
+
+TEST_F(RadixTreeTest, EndLeasesErrorsChangeNothing) {
+  const Tokens a = {1, 2, 3, 4};
+  InsertChain(a);
+  const auto keys = Keys(a);
+  const LeaseId held =
+      tree_.Acquire({.ns = ns_, .keys = keys, .tokens = a}).value().lease;
+  ASSERT_NE(held, 0u);
+  const TreeStats before = tree_.GetStats();
+  const LeaseId unknown[] = {held, held + 100};
+  absl::StatusOr<AcquireResult> r = tree_.Acquire(
+      {.ns = ns_, .keys = keys, .tokens = a, .end_leases = unknown});
+  EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("end_leases[1]"), std::string::npos)
+      << r.status();
+  const LeaseId twice[] = {held, held};
+  r = tree_.Acquire({.ns = ns_, .keys = keys, .tokens = a, .end_leases = twice});
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("listed twice"), std::string::npos);
+  const TreeStats after = tree_.GetStats();
+  EXPECT_EQ(after.leases, before.leases);
+  EXPECT_EQ(after.lookups, before.lookups);
+  EXPECT_EQ(after.pinned_pages, before.pinned_pages);
+  ASSERT_TRUE(tree_.Release(held).ok());  // still live
+  ASSERT_TRUE(tree_.CheckInvariants().ok());
+}
+
 TEST_F(RadixTreeTest, KnownEpochHoldsUntilAnEviction) {
   const Tokens a = {1, 2, 3, 4, 5, 6};
   const Tokens c = {1, 2, 3, 4, 9, 9};  // shares a's first two blocks
