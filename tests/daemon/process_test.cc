@@ -187,6 +187,16 @@ TEST(DaemonProcessTest, SecondDaemonOnTheSameSocketIsRefused) {
   EXPECT_EQ(first.Wait(), 0) << first.output();
 }
 
+TEST(DaemonProcessTest, OutOfRangeMallocTrimThresholdIsRefused) {
+  std::vector<std::string> args = DaemonArgs(TempSocketPath("trim"));
+  args.push_back("--malloc_trim_threshold=4294967296");
+  Child bad(RADIXKVD_PATH, args);
+  EXPECT_EQ(bad.Wait(), 2) << bad.output();
+  EXPECT_TRUE(absl::StrContains(bad.output(),
+                                "--malloc_trim_threshold=4294967296 exceeds"))
+      << bad.output();
+}
+
 TEST(DaemonProcessTest, KilledWorkerReleasesItsWritingPages) {
   const std::string socket = TempSocketPath("kill");
   Child daemon(RADIXKVD_PATH, DaemonArgs(socket, "host,bytes=64KiB"));
