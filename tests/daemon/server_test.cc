@@ -238,8 +238,8 @@ TEST_F(ServerTest, PromptFormsAreEquivalent) {
     EXPECT_EQ(b.size() % 4, 0u);
     for (size_t i = 0; i + 4 <= b.size(); i += 4) {
       const auto* u = reinterpret_cast<const unsigned char*>(b.data() + i);
-      out.push_back(uint64_t{u[0]} | uint64_t{u[1]} << 8 | uint64_t{u[2]} << 16 |
-                    uint64_t{u[3]} << 24);
+      out.push_back(uint64_t{u[0]} | uint64_t{u[1]} << 8 |
+                    uint64_t{u[2]} << 16 | uint64_t{u[3]} << 24);
     }
     return out;
   };

@@ -93,9 +93,10 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
         // The matched pages are pinned, so they stay the ones the index
         // holds for these keys, whatever the other threads do.
         if (a->matched_blocks != 0) {
+          const auto matched =
+              absl::MakeConstSpan(keys).first(a->matched_blocks);
           absl::StatusOr<std::vector<BlockExplanation>> e =
-              tree.Explain(ns, absl::MakeConstSpan(keys).first(a->matched_blocks),
-                           {});
+              tree.Explain(ns, matched, {});
           if (!e.ok()) {
             errors.fetch_add(1);
           } else {

@@ -635,7 +635,8 @@ TEST_F(RadixTreeTest, KnownPagesAreRecheckedNotTrusted) {
   EXPECT_EQ(AcquireKnown(b, pages).matched_blocks, 0u);
   const std::vector<PageId> bogus = {kCapacity + 5, 0, 1};
   EXPECT_EQ(AcquireKnown(a, bogus).matched_blocks, 3u);
-  EXPECT_EQ(AcquireKnown(a, absl::MakeConstSpan(pages).first(1)).matched_blocks, 3u);
+  EXPECT_EQ(AcquireKnown(a, absl::MakeConstSpan(pages).first(1)).matched_blocks,
+            3u);
   // Stale: a is evicted and its pages reused by b.
   tree_.Clear();
   InsertChain(b);
@@ -707,7 +708,8 @@ TEST_F(RadixTreeTest, EndLeasesErrorsChangeNothing) {
   EXPECT_NE(r.status().message().find("end_leases[1]"), std::string::npos)
       << r.status();
   const LeaseId twice[] = {held, held};
-  r = tree_.Acquire({.ns = ns_, .keys = keys, .tokens = a, .end_leases = twice});
+  r = tree_.Acquire(
+      {.ns = ns_, .keys = keys, .tokens = a, .end_leases = twice});
   EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
   EXPECT_NE(r.status().message().find("listed twice"), std::string::npos);
   const TreeStats after = tree_.GetStats();
