@@ -28,6 +28,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "bench/bench_layout.h"
 #include "radix/block_key.h"
 #include "radix/radix_tree.h"
 
@@ -49,14 +50,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 NamespaceSpec Spec(uint32_t page_size) {
-  NamespaceSpec s;
-  s.model = "radixkv-inproc-figures";
-  s.num_layers = 32;
-  s.num_kv_heads = 8;
-  s.head_dim = 128;
-  s.page_size = page_size;
-  s.dtype = DType::kBFloat16;
-  return s;
+  return BenchLayout("radixkv-inproc-figures", page_size);
 }
 
 int Main() {

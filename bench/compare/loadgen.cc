@@ -59,6 +59,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "bench/bench_layout.h"
 #include "radix/block_key.h"
 #include "radixkv/channel.h"
 #include "radixkv/namespace_spec.h"
@@ -126,15 +127,7 @@ bool Parse(grpc::ByteBuffer* buf, M* m) {
 }
 
 NamespaceSpec BenchSpec(uint32_t page_size) {
-  NamespaceSpec spec;
-  spec.model = "radixkv-loadgen";
-  spec.num_layers = 32;
-  spec.num_kv_heads = 8;
-  spec.head_dim = 128;
-  spec.page_size = page_size;
-  spec.dtype = DType::kBFloat16;
-  spec.tp_size = 1;
-  return spec;
+  return BenchLayout("radixkv-loadgen", page_size);
 }
 
 pb::Namespace BenchNamespace(uint32_t page_size) {

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/bench_layout.h"
 #include "bench/replay/targets.h"
 #include "radix/radix_tree.h"
 
@@ -92,16 +93,7 @@ class InProcTarget final : public ReplayTarget {
 }  // namespace
 
 NamespaceSpec ReplayNamespace(uint32_t page_size) {
-  NamespaceSpec spec;
-  spec.model = "radixkv-replay";
-  spec.num_layers = 32;
-  spec.num_kv_heads = 8;
-  spec.head_dim = 128;
-  spec.page_size = page_size;
-  spec.dtype = DType::kBFloat16;
-  spec.tp_rank = 0;
-  spec.tp_size = 1;
-  return spec;
+  return BenchLayout("radixkv-replay", page_size);
 }
 
 absl::StatusOr<std::unique_ptr<ReplayTarget>> NewInProcTarget(
