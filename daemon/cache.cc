@@ -620,17 +620,27 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) 
   NamespaceEntry ns;
   RadixTree* t = tree();
   const bool known = t != nullptr && FindNamespace(root, &ns);
-  ResolveKeys(root, spec.page_size, known ? t : nullptr, ns.id,
-              /*all_keys=*/false, &p);
-  CountResolved(p);
   resp->Clear();
   char root_bytes[BlockKey::kBytes];
   root.ToCanonical(root_bytes);
   resp->set_namespace_id(root_bytes, sizeof(root_bytes));
-  resp->set_total_blocks(p.total_blocks);
-  if (!known) return absl::OkStatus();
-  ASSIGN_OR_RETURN(MatchResult r, t->Match(ns.id, p.keys, p.tokens,
-                                           p.known_pages, p.known_epoch));
+  MatchResult r;
+  if (!p.key_mode) {
+    // Nothing cached in a namespace the tree has not seen: no key needed.
+    r.total_blocks = static_cast<uint32_t>(p.tokens.size() / spec.page_size);
+    if (known) {
+      ASSIGN_OR_RETURN(r, t->MatchTokens(ns.id, p.tokens));
+      p.walked_blocks = r.walked_blocks;
+      p.hashed_blocks = r.hashed_blocks;
+      CountResolved(p);
+    }
+  } else {
+    r.total_blocks = static_cast<uint32_t>(p.keys.size());
+    if (known) {
+      ASSIGN_OR_RETURN(r, t->Match(ns.id, p.keys, p.tokens));
+    }
+  }
+  resp->set_total_blocks(r.total_blocks);
   resp->set_matched_blocks(r.matched_blocks);
   resp->set_matched_tokens(uint64_t{r.matched_blocks} * spec.page_size);
   return absl::OkStatus();

@@ -321,14 +321,15 @@ size_t RadixTree::Impl::WalkTokens(NamespaceId ns,
                                    std::vector<PageId>* pages) const {
   const size_t ps = namespaces[ns].spec.page_size;
   const size_t blocks = tokens.size() / ps;
+  const size_t block_bytes = ps * sizeof(uint32_t);
   PageId parent = kNoPage;
   PageId next = namespaces[ns].hot_root;
   size_t i = 0;
-  for (; i < blocks && next != kNoPage; ++i) {
+  for (const uint32_t* block = tokens.data(); i < blocks && next != kNoPage;
+       ++i, block += ps) {
     const Node& n = nodes[next];
     if (!IsChainChild(n, ns, parent) ||
-        std::memcmp(TokensOf(next), tokens.data() + i * ps,
-                    ps * sizeof(uint32_t)) != 0) {
+        std::memcmp(TokensOf(next), block, block_bytes) != 0) {
       break;
     }
     keys->push_back(n.key);
@@ -491,6 +492,51 @@ absl::StatusOr<MatchResult> RadixTree::Match(
     parent = p;
     ++r.matched_blocks;
   }
+  return r;
+}
+
+absl::StatusOr<MatchResult> RadixTree::MatchTokens(
+    NamespaceId ns, absl::Span<const uint32_t> tokens) const {
+  Impl& m = *impl_;
+  ReaderMutexLock lock(&m.mu);
+  if (ns >= m.namespaces.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Match: unknown namespace id ", ns, " (",
+                     m.namespaces.size(), " registered)"));
+  }
+  m.matches.fetch_add(1, std::memory_order_relaxed);
+  const Impl::Namespace& space = m.namespaces[ns];
+  const size_t ps = space.spec.page_size;
+  const size_t blocks = tokens.size() / ps;
+  MatchResult r;
+  r.total_blocks = static_cast<uint32_t>(blocks);
+  const Impl::Node* const nodes = m.nodes.get();
+  const size_t block_bytes = ps * sizeof(uint32_t);
+  PageId parent = kNoPage;
+  PageId next = space.hot_root;
+  size_t i = 0;
+  for (const uint32_t* block = tokens.data(); i < blocks; ++i, block += ps) {
+    if (next != kNoPage && Impl::IsChainChild(nodes[next], ns, parent) &&
+        std::memcmp(m.TokensOf(next), block, block_bytes) == 0) {
+      ++r.walked_blocks;
+    } else {
+      // A branch point (or the end of the match): hash this block only.
+      ++r.hashed_blocks;
+      const absl::Span<const uint32_t> span(block, ps);
+      const BlockKey key = ChainBlockKey(
+          parent == kNoPage ? space.root : nodes[parent].key, span);
+      const PageId p = m.FindByKey(ns, parent, key);
+      if (p == kNoPage) break;
+      if (!m.Verifies(p, ns, parent, span)) {
+        ++r.collisions;
+        break;
+      }
+      next = p;
+    }
+    parent = next;
+    next = nodes[next].hot_child;
+  }
+  r.matched_blocks = static_cast<uint32_t>(i);
   return r;
 }
 

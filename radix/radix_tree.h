@@ -175,6 +175,10 @@ struct MatchResult {
   uint32_t total_blocks = 0;
   uint32_t matched_blocks = 0;
   uint32_t collisions = 0;
+  // MatchTokens only: blocks found by following hot children (no hashing)
+  // and blocks whose key was hashed.
+  uint32_t walked_blocks = 0;
+  uint32_t hashed_blocks = 0;
 };
 
 // Why a block is or is not cached (Explain).
@@ -262,6 +266,19 @@ class RadixTree {
       absl::Span<const uint32_t> tokens,
       absl::Span<const PageId> known_pages = {},
       uint64_t known_epoch = 0) const;
+
+  // Match for a tokens prompt without its keys, in one pass under the
+  // reader lock: from the root, each step follows the child most recently
+  // matched or inserted there while its stored tokens equal the block's
+  // (as PrefixKeysByTokens); where that fails, it hashes that one block
+  // (ChainBlockKey from the parent's key) and looks the key up, as Match
+  // does. So only branch points and the block that ends the match are
+  // hashed, and nothing is allocated on a walk. The same answer as
+  // Match(ns, ComputeBlockKeys(namespace_root(ns), page_size, tokens),
+  // tokens); a partial last block is ignored. Changes nothing.
+  // INVALID_ARGUMENT for an unknown ns.
+  absl::StatusOr<MatchResult> MatchTokens(
+      NamespaceId ns, absl::Span<const uint32_t> tokens) const;
 
   // The keys of a leading run of `tokens`' full blocks, found without
   // hashing: from the root, each step follows the child most recently

@@ -550,6 +550,12 @@ TEST_F(ServerTest, CachedBlocksAreWalkedNotHashed) {
   EXPECT_EQ(s3.walked_blocks() - s2.walked_blocks(), 8u);
   EXPECT_EQ(s3.hashed_blocks() - s2.hashed_blocks(), 5u);
   ASSERT_TRUE(Release(session.id(), part.lease_id()).ok());
+
+  // A Match hashes only the block that ends the match.
+  EXPECT_EQ(MatchBlocks(ns, longer), 8);
+  v1::Stats s4 = Stats();
+  EXPECT_EQ(s4.walked_blocks() - s3.walked_blocks(), 8u);
+  EXPECT_EQ(s4.hashed_blocks() - s3.hashed_blocks(), 1u);
 }
 
 TEST_F(ServerTest, MatchNeedsNoSessionAndChangesNothing) {

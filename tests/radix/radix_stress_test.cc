@@ -137,6 +137,13 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
         for (uint32_t& x : t) x = rand(4);
         const auto keys = ComputeBlockKeys(roots[0], kPageSize, t);
         if (!tree.Match(ns0, keys, t).ok()) errors.fetch_add(1);
+        // The one-pass token Match reads hot children and hashes at branch
+        // points while other threads insert and evict.
+        absl::StatusOr<MatchResult> m = tree.MatchTokens(ns0, t);
+        if (!m.ok() || m->total_blocks != 3 ||
+            m->walked_blocks + m->hashed_blocks > 3) {
+          errors.fetch_add(1);
+        }
         if (!tree.Explain(ns0, keys, {}).ok()) errors.fetch_add(1);
       } else {
         (void)tree.GetStats();

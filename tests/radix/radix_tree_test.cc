@@ -616,6 +616,89 @@ TEST_F(RadixTreeTest, PrefixKeysByTokensIsAlwaysAChainPrefix) {
   EXPECT_GT(walked, 100u);  // the walk did vouch for blocks
 }
 
+// MatchTokens answers exactly what Match does with the hashed chain keys,
+// over a tree that mixes chain-keyed blocks (walked), blocks committed with
+// tokens but without chain keys and key-mode blocks (both found by hashing),
+// branches and evictions; it hashes only where the walk stops.
+TEST_F(RadixTreeTest, MatchTokensEqualsMatchOfTheChainKeys) {
+  uint64_t state = 777;
+  auto next = [&state](uint32_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>((state >> 33) % n);
+  };
+  size_t walked = 0, hashed = 0, hits = 0;
+  for (int round = 0; round < 3000; ++round) {
+    Tokens t(kPageSize * next(6) + next(kPageSize));
+    for (uint32_t& x : t) x = next(3);
+    absl::StatusOr<MatchResult> got = tree_.MatchTokens(ns_, t);
+    ASSERT_TRUE(got.ok()) << got.status();
+    absl::StatusOr<MatchResult> want = tree_.Match(ns_, Keys(t), Full(t));
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_EQ(got->total_blocks, want->total_blocks) << "round " << round;
+    ASSERT_EQ(got->matched_blocks, want->matched_blocks) << "round " << round;
+    ASSERT_EQ(got->collisions, want->collisions) << "round " << round;
+    // One step per matched block, plus the hashed block that ended it.
+    EXPECT_EQ(got->walked_blocks + got->hashed_blocks,
+              got->matched_blocks +
+                  (got->matched_blocks < got->total_blocks ? 1u : 0u));
+    walked += got->walked_blocks;
+    hashed += got->hashed_blocks;
+    hits += got->matched_blocks;
+    switch (next(4)) {
+      case 0:
+        InsertChain(t);
+        break;
+      case 1:
+        Insert(t);  // tokens, no chain keys: never walked
+        break;
+      case 2: {     // key mode: no tokens stored, unverifiable
+        const auto keys = Keys(t);
+        absl::StatusOr<AcquireResult> a =
+            tree_.Acquire({.ns = ns_, .keys = keys, .allocate = true});
+        ASSERT_TRUE(a.ok()) << a.status();
+        if (a->lease != 0) {
+          ASSERT_TRUE(tree_.Commit(a->lease, a->new_blocks, true).ok());
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    if (next(40) == 0) tree_.Evict(1 + next(6));
+  }
+  // Both ways were taken: blocks walked, hits found by hashing.
+  EXPECT_GT(walked, 50u);
+  EXPECT_GT(hits, walked + 50u);
+  EXPECT_GT(hashed, 0u);
+}
+
+TEST_F(RadixTreeTest, MatchTokensVerifiesHashedHits) {
+  // A block stored under a's key with b's tokens (not chain-keyed): the
+  // key hit is rejected as a collision, as Match rejects it.
+  const Tokens a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
+  const auto keys = Keys(a);
+  absl::StatusOr<AcquireResult> r = tree_.Acquire(
+      {.ns = ns_, .keys = keys, .tokens = b, .allocate = true});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(tree_.Commit(r->lease, 1, true).ok());
+  absl::StatusOr<MatchResult> m = tree_.MatchTokens(ns_, a);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->matched_blocks, 0u);
+  EXPECT_EQ(m->collisions, 1u);
+  EXPECT_EQ(m->hashed_blocks, 1u);
+  EXPECT_EQ(tree_.Match(ns_, keys, a)->collisions, 1u);
+
+  absl::StatusOr<MatchResult> bad = tree_.MatchTokens(/*ns=*/99, a);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("unknown namespace id 99"),
+            absl::string_view::npos)
+      << bad.status();
+  const uint64_t matches = tree_.GetStats().matches;
+  EXPECT_EQ(tree_.MatchTokens(ns_, {})->total_blocks, 0u);
+  EXPECT_EQ(tree_.GetStats().matches, matches + 1);
+}
+
 TEST_F(RadixTreeTest, KnownPagesAreRecheckedNotTrusted) {
   const Tokens a = {1, 2, 3, 4, 5, 6};
   const Tokens b = {7, 8, 9, 10, 11, 12};
