@@ -80,12 +80,19 @@ struct Link {
   PageId next = kNoPage;
 };
 
-// Memory for the big arrays (nodes, key index, token arena). Blocks of at
+// Memory for the index's big arrays (nodes, links, key index). Blocks of at
 // least 2 MiB are 2 MiB-aligned and marked MADV_HUGEPAGE, so random accesses
 // over ~60 MB of index at 1 M blocks do not also miss the TLB (this machine
-// kind runs transparent huge pages in madvise mode). Returns nullptr when out
-// of memory. Memory is not initialised; release with FreeLarge.
+// kind runs transparent huge pages in madvise mode), and faulted in before
+// they are returned (see AllocLarge in radix_tree.cc). Returns nullptr when
+// out of memory. Memory is not initialised; release with FreeLarge.
 void* AllocLarge(size_t bytes);
+// Memory for the token arena: AllocLarge's when it is at most
+// kEagerArenaBytes, else page-aligned without a huge-page request and
+// committed by the OS page by page as blocks are first stored. Release with
+// FreeLarge.
+inline constexpr size_t kEagerArenaBytes = size_t{64} << 20;
+void* AllocArena(size_t bytes);
 void FreeLarge(void* p);
 
 struct LargeDeleter {

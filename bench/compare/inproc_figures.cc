@@ -10,16 +10,32 @@
 //   walk_match   the same lookup the way radixkvd resolves a token prompt:
 //                ResolveTokenKeys (token comparison along hot children, no
 //                hashing for cached blocks) + Match with the walked pages
+//   match_tokens RadixTree::MatchTokens, radixkvd's token Match: walk and
+//                lookup in one pass, hashing only where the walk stops
 //   evict        RadixTree::Evict at --cached_blocks cached blocks (default
 //                1 M), ns per evicted block
 //   memory       RadixTree::IndexMemoryBytes per cached block (token copies
 //                excluded)
+//   hold         how long one operation holds the tree's lock: each timed
+//                call runs entirely under it (keys computed beforehand), so
+//                its duration bounds the hold; p50/p99/max over
+//                --hold_samples calls: a 2k-token Acquire hit with walked
+//                pages and its Release (exclusive), MatchTokens (shared), a
+//                trace-shaped miss (24 new blocks of 512 tokens in a full
+//                3,000-page tree: Acquire evicting 24 leaves, then Commit),
+//                every Acquire and Commit while the eviction figure's tree
+//                fills to --cached_blocks (first touches of its memory),
+//                and one batch of an admin Evict or Clear (kAdminEvictionBatch
+//                blocks) at ~750k cached blocks; plus the whole Clear's
+//                duration, which it spends in many such holds
 //
 //   inproc_figures [--prompt_tokens=2048] [--cached_blocks=1000000] [--json]
 //
 // Single-threaded; no gRPC.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -38,6 +54,7 @@ ABSL_FLAG(uint32_t, cached_blocks, 1000000, "cached blocks for the eviction figu
 ABSL_FLAG(uint32_t, prompt_blocks_for_fill, 128,
           "blocks per prompt when filling the tree (chains of this depth)");
 ABSL_FLAG(double, seconds, 2.0, "time per hash+match measurement");
+ABSL_FLAG(uint32_t, hold_samples, 20000, "timed calls per lock-hold figure");
 ABSL_FLAG(bool, json, false, "print one JSON object");
 
 namespace radixkv::bench {
@@ -48,6 +65,36 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+// Durations of timed calls, in microseconds.
+class Holds {
+ public:
+  template <typename F>
+  auto Time(F&& f) {
+    const auto t0 = Clock::now();
+    auto r = f();
+    us_.push_back(Seconds(t0, Clock::now()) * 1e6);
+    return r;
+  }
+  double Quantile(double q) {
+    if (us_.empty()) return 0;
+    std::sort(us_.begin(), us_.end());
+    return us_[std::min(us_.size() - 1, static_cast<size_t>(q * us_.size()))];
+  }
+  std::string Summary() {
+    return absl::StrFormat("p50 %.2f us  p99 %.2f us  max %.1f us",
+                           Quantile(0.5), Quantile(0.99), Quantile(1.0));
+  }
+  std::string Json(const char* name) {
+    return absl::StrFormat("\"%s_p50_us\": %.3f, \"%s_p99_us\": %.3f, "
+                           "\"%s_max_us\": %.1f",
+                           name, Quantile(0.5), name, Quantile(0.99), name,
+                           Quantile(1.0));
+  }
+
+ private:
+  std::vector<double> us_;
+};
 
 NamespaceSpec Spec(uint32_t page_size) {
   return BenchLayout("radixkv-inproc-figures", page_size);
@@ -67,6 +114,9 @@ int Main() {
   // 1. hash + match of a fully cached prompt.
   double hash_match_tokens_per_s = 0;
   double walk_match_tokens_per_s = 0;
+  double match_tokens_tokens_per_s = 0;
+  const uint32_t samples = absl::GetFlag(FLAGS_hold_samples);
+  Holds hit_hold, release_hold, match_hold;
   {
     RadixTree tree({.capacity_pages = prompt_tokens / page + 1,
                     .max_page_size = page});
@@ -110,9 +160,62 @@ int Main() {
                             &pages);
       return tree.Match(ns, k, full_tokens, pages)->matched_blocks;
     });
-    if (hash_match_tokens_per_s < 0 || walk_match_tokens_per_s < 0) {
+    match_tokens_tokens_per_s = rate(
+        [&] { return tree.MatchTokens(ns, full_tokens)->matched_blocks; });
+    uint64_t held = 0;
+    for (uint32_t i = 0; i < samples; ++i) {
+      uint64_t epoch = 0;
+      tree.ResolveTokenKeys(ns, full_tokens, /*stop_at_missing=*/true, &k,
+                            &pages, &epoch);
+      const AcquireResult hit = hit_hold.Time([&] {
+        return *tree.Acquire({.ns = ns, .keys = k, .tokens = full_tokens,
+                              .allocate = false, .chain_keys = true,
+                              .known_pages = pages, .known_epoch = epoch});
+      });
+      held += hit.matched_blocks;
+      release_hold.Time([&] { return tree.Release(hit.lease).ok(); });
+      held += match_hold.Time(
+          [&] { return tree.MatchTokens(ns, full_tokens)->matched_blocks; });
+    }
+    if (held != uint64_t{2} * samples * keys.size()) {
+      std::cerr << "Error: a timed lookup did not match the whole prompt\n";
+      return 1;
+    }
+    if (hash_match_tokens_per_s < 0 || walk_match_tokens_per_s < 0 ||
+        match_tokens_tokens_per_s < 0) {
       std::cerr << "Error: prompt not fully matched\n";
       return 1;
+    }
+  }
+
+  // Lock holds of a trace-shaped miss: 24 new blocks of 512 tokens into a
+  // full 3,000-page tree, each Acquire evicting 24 leaves.
+  Holds miss_hold, commit_hold;
+  {
+    constexpr uint32_t kTracePage = 512, kTraceBlocks = 24, kTraceCapacity = 3000;
+    RadixTree tree({.capacity_pages = kTraceCapacity,
+                    .max_page_size = kTracePage});
+    NamespaceId ns = *tree.RegisterNamespace(Spec(kTracePage));
+    const BlockKey root = tree.namespace_root(ns);
+    std::vector<uint32_t> tokens(kTraceBlocks * kTracePage);
+    uint32_t next_token = 0;
+    const uint32_t fill = kTraceCapacity / kTraceBlocks + 1;
+    for (uint32_t i = 0; i < fill + samples / 4; ++i) {
+      for (uint32_t& t : tokens) t = next_token++;
+      const std::vector<BlockKey> keys = ComputeBlockKeys(root, kTracePage, tokens);
+      const bool timed = i >= fill;  // the tree is full from here on
+      auto acquire = [&] {
+        return *tree.Acquire({.ns = ns, .keys = keys, .tokens = tokens,
+                              .allocate = true, .chain_keys = true});
+      };
+      const AcquireResult a = timed ? miss_hold.Time(acquire) : acquire();
+      auto commit = [&] { return tree.Commit(a.lease, a.new_blocks, true).ok(); };
+      if (!(timed ? commit_hold.Time(commit) : commit()) ||
+          a.new_blocks != kTraceBlocks) {
+        std::cerr << "Error: trace-shaped miss did not allocate and commit "
+                  << kTraceBlocks << " blocks\n";
+        return 1;
+      }
     }
   }
 
@@ -120,6 +223,8 @@ int Main() {
   double evict_ns_per_block = 0;
   double index_bytes_per_block = 0;
   double fill_s = 0;
+  Holds evict_hold, clear_hold, fill_hold;
+  uint64_t clear_blocks = 0;
   {
     RadixTree tree({.capacity_pages = cached, .max_page_size = page,
                     .remembered_evictions = 0});
@@ -133,9 +238,11 @@ int Main() {
       tokens.resize(static_cast<size_t>(n) * page);
       for (uint32_t& t : tokens) t = next_token++;
       std::vector<BlockKey> keys = ComputeBlockKeys(root, page, tokens);
-      AcquireResult a = *tree.Acquire(
-          {.ns = ns, .keys = keys, .tokens = tokens, .allocate = true});
-      (void)*tree.Commit(a.lease, a.new_blocks, true);
+      AcquireResult a = fill_hold.Time([&] {
+        return *tree.Acquire(
+            {.ns = ns, .keys = keys, .tokens = tokens, .allocate = true});
+      });
+      fill_hold.Time([&] { return tree.Commit(a.lease, a.new_blocks, true).ok(); });
       done += n;
     }
     fill_s = Seconds(f0, Clock::now());
@@ -148,6 +255,11 @@ int Main() {
     const auto e0 = Clock::now();
     while (evicted < to_evict) evicted += tree.Evict(std::min<uint64_t>(4096, to_evict - evicted));
     evict_ns_per_block = Seconds(e0, Clock::now()) * 1e9 / evicted;
+    for (int i = 0; i < 256; ++i) {
+      evict_hold.Time([&] { return tree.Evict(kAdminEvictionBatch); });
+    }
+    clear_blocks = tree.GetStats().cached_pages;
+    clear_hold.Time([&] { return tree.Clear(); });
   }
 
   if (absl::GetFlag(FLAGS_json)) {
@@ -156,18 +268,41 @@ int Main() {
         "\"hash_match_tokens_per_s\": %.0f, "
         "\"walk_match_tokens_per_s\": %.0f, \"cached_blocks\": %d, "
         "\"evict_ns_per_block\": %.1f, \"index_bytes_per_block\": %.1f, "
-        "\"fill_seconds\": %.2f}\n",
+        "\"fill_seconds\": %.2f, \"match_tokens_tokens_per_s\": %.0f, "
+        "%s, %s, %s, %s, %s, %s, %s, %s, \"clear_blocks\": %d}\n",
         prompt_tokens, page, hash_match_tokens_per_s, walk_match_tokens_per_s,
-        cached, evict_ns_per_block, index_bytes_per_block, fill_s);
+        cached, evict_ns_per_block, index_bytes_per_block, fill_s,
+        match_tokens_tokens_per_s, hit_hold.Json("hold_acquire_hit"),
+        release_hold.Json("hold_release"), match_hold.Json("hold_match_tokens"),
+        miss_hold.Json("hold_trace_miss_acquire"),
+        commit_hold.Json("hold_trace_commit"), fill_hold.Json("hold_fill"),
+        evict_hold.Json("hold_admin_evict_batch"),
+        clear_hold.Json("hold_clear"), clear_blocks);
   } else {
     std::cout << absl::StrFormat(
         "hash+match  %.1f M tokens/s (fully cached %d-token prompt, page_size %d, 1 thread)\n"
         "walk+match  %.1f M tokens/s (the same, cached blocks found by token comparison)\n"
+        "MatchTokens %.1f M tokens/s (radixkvd's token Match: walk and lookup in one pass)\n"
         "evict       %.1f ns per block at %d cached blocks\n"
-        "index mem   %.1f bytes per block (token copies excluded)\n",
+        "index mem   %.1f bytes per block (token copies excluded)\n"
+        "lock hold (each call runs under the tree lock; %d samples):\n"
+        "  Acquire hit, %d-token prompt, walked pages (exclusive)  %s\n"
+        "  its Release (exclusive)                               %s\n"
+        "  MatchTokens, same prompt (shared)                     %s\n"
+        "  trace miss: Acquire 24 x 512 tokens, evicting 24       %s\n"
+        "  its Commit of 24 blocks (exclusive)                   %s\n"
+        "  Acquire or Commit while filling to %d blocks        %s\n"
+        "  admin Evict/Clear batch, %d blocks at ~%d cached    %s\n"
+        "  whole Clear of %d cached blocks, in batches         %s\n",
         hash_match_tokens_per_s / 1e6, prompt_tokens, page,
-        walk_match_tokens_per_s / 1e6, evict_ns_per_block,
-        cached, index_bytes_per_block);
+        walk_match_tokens_per_s / 1e6, match_tokens_tokens_per_s / 1e6,
+        evict_ns_per_block, cached, index_bytes_per_block, samples,
+        prompt_tokens, hit_hold.Summary(), release_hold.Summary(),
+        match_hold.Summary(), miss_hold.Summary(), commit_hold.Summary(),
+        cached, fill_hold.Summary(),
+        static_cast<int>(kAdminEvictionBatch), cached * 3 / 4,
+        evict_hold.Summary(), clear_blocks,
+        clear_hold.Summary());
   }
   return 0;
 }

@@ -20,8 +20,10 @@ class RecordingListener : public EventListener {
  public:
   void OnTreeEvents(absl::Span<const TreeEvent> events) override {
     events_.insert(events_.end(), events.begin(), events.end());
+    ++flushes_;
   }
   std::vector<TreeEvent> events_;
+  int flushes_ = 0;  // calls: one per hold of the tree's lock
 };
 
 class RadixTreeTest : public testing::Test {
@@ -440,6 +442,59 @@ TEST_F(RadixTreeTest, ClearKeepsPinned) {
   ASSERT_TRUE(tree_.Release(held).ok());
   EXPECT_EQ(tree_.Clear(), 2u);
   EXPECT_EQ(tree_.GetStats().cached_pages, 0u);
+}
+
+// Large admin evictions give the lock up between batches: the listener
+// (called once per hold) sees the blocks in kAdminEvictionBatch-sized
+// flushes, in LRU order, with Cleared last.
+TEST(RadixTreeAdminTest, EvictAndClearWorkInBatches) {
+  RecordingListener listener;
+  constexpr uint32_t kPage = 1;
+  const uint64_t blocks = 3 * kAdminEvictionBatch + 5;
+  RadixTree tree({.capacity_pages = static_cast<uint32_t>(blocks + 1),
+                  .listener = &listener});
+  const NamespaceId ns =
+      tree.RegisterNamespace(NamespaceSpec{.model = "m", .page_size = kPage})
+          .value();
+  // One long chain of blocks plus a held one-block prompt.
+  Tokens t(blocks);
+  for (uint32_t i = 0; i < blocks; ++i) t[i] = i;
+  const auto keys = ComputeBlockKeys(tree.namespace_root(ns), kPage, t);
+  AcquireResult a =
+      *tree.Acquire({.ns = ns, .keys = keys, .tokens = t, .allocate = true});
+  ASSERT_EQ(a.new_blocks, blocks);
+  ASSERT_TRUE(tree.Commit(a.lease, a.new_blocks, true).ok());
+  const Tokens pinned = {99999};
+  const auto pinned_keys = ComputeBlockKeys(tree.namespace_root(ns), kPage, pinned);
+  AcquireResult p = *tree.Acquire(
+      {.ns = ns, .keys = pinned_keys, .tokens = pinned, .allocate = true});
+  ASSERT_TRUE(tree.Commit(p.lease, 1, /*release=*/false).ok());
+
+  listener.events_.clear();
+  listener.flushes_ = 0;
+  EXPECT_EQ(tree.Evict(kAdminEvictionBatch + 3), kAdminEvictionBatch + 3);
+  EXPECT_EQ(listener.flushes_, 2);
+  ASSERT_EQ(listener.events_.size(), kAdminEvictionBatch + 3);
+  EXPECT_EQ(listener.events_.front().key, keys.back());  // deepest first
+
+  listener.events_.clear();
+  listener.flushes_ = 0;
+  const uint64_t left = blocks - kAdminEvictionBatch - 3;
+  EXPECT_EQ(tree.Clear(), left);
+  EXPECT_EQ(listener.flushes_, 3);  // 1024 + 1024 + 2 (+ Cleared)
+  ASSERT_EQ(listener.events_.size(), left + 1);
+  for (uint64_t i = 0; i < left; ++i) {
+    ASSERT_EQ(listener.events_[i].type, TreeEvent::Type::kRemoved) << i;
+    ASSERT_EQ(listener.events_[i].key, keys[left - 1 - i]) << i;
+  }
+  EXPECT_EQ(listener.events_.back().type, TreeEvent::Type::kCleared);
+  EXPECT_EQ(tree.GetStats().cached_pages, 1u);  // the pinned block
+  EXPECT_EQ(tree.Evict(10), 0u);
+  ASSERT_TRUE(tree.Release(p.lease).ok());
+  EXPECT_EQ(tree.Clear(), 1u);
+  EXPECT_EQ(tree.Clear(), 0u);
+  EXPECT_EQ(listener.events_.back().type, TreeEvent::Type::kCleared);
+  EXPECT_TRUE(tree.CheckInvariants().ok());
 }
 
 TEST_F(RadixTreeTest, ExplainStates) {
