@@ -40,6 +40,7 @@
 #include <new>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -253,7 +254,11 @@ struct RadixTree::Impl {
   // costs one load instead of a hash-set probe. Keys are unique among
   // cached nodes, so a hinted node with this key is the index's answer.
   // kNoPage when no cached node has the key.
-  PageId FindByKey(NamespaceId ns, PageId parent, const BlockKey& key) const
+  // Always inlined: it runs once per block of every key lookup, and GCC
+  // stops inlining it on its own once it has several callers (+27
+  // instructions per block measured).
+  ABSL_ATTRIBUTE_ALWAYS_INLINE PageId FindByKey(NamespaceId ns, PageId parent,
+                                                const BlockKey& key) const
       ABSL_SHARED_LOCKS_REQUIRED(mu) {
     const PageId hint =
         parent == kNoPage ? namespaces[ns].hot_root : nodes[parent].hot_child;
