@@ -10,9 +10,10 @@
 //                 returned lease is ended with a Release before that slot
 //                 sends its next Acquire (latency and rate count Acquire only,
 //                 rpcs_per_second counts both)
-//                 (--release_in_acquire: no Release calls; each slot ends
-//                 its previous lease through AcquireRequest.release_leases
-//                 of its next Acquire, one RPC per request)
+//                 (--release_in_acquire: no Release calls; the leases a
+//                 connection's Acquires return are ended through
+//                 AcquireRequest.release_leases of its next Acquire, one
+//                 RPC per request, in the open loop too)
 //   acquire_miss  KvCache/Acquire(allocate=false) of a never-cached prompt
 //                 (no lease is created, so no Release is needed)
 //
@@ -62,6 +63,7 @@
 #include "bench/bench_layout.h"
 #include "radix/block_key.h"
 #include "radixkv/channel.h"
+#include "radixkv/defaults.h"
 #include "radixkv/namespace_spec.h"
 #include "radixkv/v1/radixkv.grpc.pb.h"
 #include "radixkv/v1/radixkv.pb.h"
@@ -198,6 +200,11 @@ struct Conn {
   std::string session_id;
   grpc::ByteBuffer request;  // the pre-serialized body for this connection
   std::string request_bytes;  // the same body as bytes (release_in_acquire)
+  // release_in_acquire: leases this connection's Acquires returned, ended
+  // by its next Acquire (in the open loop a call has no successor of its
+  // own, so the connection carries them).
+  absl::Mutex mu;
+  std::vector<uint64_t> held ABSL_GUARDED_BY(mu);
 };
 
 class LoadGen {
@@ -473,7 +480,6 @@ class LoadGen {
  private:
   struct Call {
     Conn* conn = nullptr;
-    uint64_t held_lease = 0;  // release_in_acquire: ended by the next Acquire
     int64_t start_ns = 0;  // send time (closed loop) or scheduled time (open loop)
     std::unique_ptr<grpc::ClientContext> ctx;
     grpc::ByteBuffer request;
@@ -496,11 +502,19 @@ class LoadGen {
   void Issue(Call* call) {
     inflight_.fetch_add(1);
     call->ctx = NewContext();
-    if (call->held_lease != 0) {
+    std::vector<uint64_t> ending;
+    if (o_.release_in_acquire) {
+      absl::MutexLock l(&call->conn->mu);
+      std::vector<uint64_t>& held = call->conn->held;
+      const size_t n = std::min<size_t>(held.size(), kMaxReleaseLeasesPerAcquire);
+      ending.assign(held.end() - n, held.end());
+      held.resize(held.size() - n);
+    }
+    if (!ending.empty()) {
       // Serialized messages concatenate as a merge: the base body plus a
       // message holding only release_leases is the body with that field.
       pb::AcquireRequest release;
-      release.add_release_leases(call->held_lease);
+      for (uint64_t id : ending) release.add_release_leases(id);
       std::string body = call->conn->request_bytes;
       release.AppendToString(&body);
       grpc::Slice slice(body);
@@ -531,9 +545,12 @@ class LoadGen {
     Record(call->start_ns, end, s);
     if (s.ok() && release_leases_ && o_.release_in_acquire) {
       pb::AcquireResponse resp;
-      // The previous lease ended with this call; the new one waits for the
-      // slot's next Acquire.
-      if (Parse(&call->response, &resp)) call->held_lease = resp.lease_id();
+      // The leases this call carried ended with it; the new one waits for
+      // the connection's next Acquire.
+      if (Parse(&call->response, &resp) && resp.lease_id() != 0) {
+        absl::MutexLock l(&call->conn->mu);
+        call->conn->held.push_back(resp.lease_id());
+      }
       Next(call);
       return;
     }
