@@ -50,7 +50,7 @@ void* AllocLarge(size_t bytes) {
 }
 
 void* AllocArena(size_t bytes) {
-  // The arena is capacity x page_size tokens. Up to kEagerArenaBytes (1 M
+  // The arena is capacity x page_size tokens. Up to kEagerTokenArenaBytes (1 M
   // blocks of 16 tokens; a GPU pool's arena is far smaller) it gets huge
   // pages, faulted in at the first namespace, so that token comparisons and
   // copies at random pages do not also miss the TLB. A bigger one (an
@@ -58,7 +58,7 @@ void* AllocArena(size_t bytes) {
   // fault in, and huge pages faulted on demand stall the exclusive lock for
   // milliseconds every 2 MB while the tree fills; it gets 4 KiB pages,
   // committed on first touch at about a microsecond each.
-  if (bytes <= kEagerArenaBytes) return AllocLarge(bytes);
+  if (bytes <= kEagerTokenArenaBytes) return AllocLarge(bytes);
   constexpr size_t kPage = 4096;
   return std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
 }

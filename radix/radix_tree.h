@@ -48,6 +48,7 @@
 #ifndef RADIXKV_RADIX_RADIX_TREE_H_
 #define RADIXKV_RADIX_RADIX_TREE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -75,6 +76,10 @@ inline constexpr uint32_t kMaxNamespaces = 0xffff;
 // lock: ~50 us at 1 M cached blocks, where one hold for all of them would
 // stall every lookup for tens of milliseconds.
 inline constexpr uint64_t kAdminEvictionBatch = 1024;
+// Token copies (capacity x page_size x 4 bytes) up to this size are made
+// resident when the first namespace registers; a larger arena is committed
+// by the OS as blocks are first stored.
+inline constexpr size_t kEagerTokenArenaBytes = size_t{64} << 20;
 
 enum class PageState : uint8_t { kFree = 0, kWriting = 1, kCached = 2 };
 

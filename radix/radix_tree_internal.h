@@ -89,10 +89,9 @@ struct Link {
 // out of memory. Memory is not initialised; release with FreeLarge.
 void* AllocLarge(size_t bytes);
 // Memory for the token arena: AllocLarge's when it is at most
-// kEagerArenaBytes, else page-aligned without a huge-page request and
+// kEagerTokenArenaBytes, else page-aligned without a huge-page request and
 // committed by the OS page by page as blocks are first stored. Release with
 // FreeLarge.
-inline constexpr size_t kEagerArenaBytes = size_t{64} << 20;
 void* AllocArena(size_t bytes);
 void FreeLarge(void* p);
 

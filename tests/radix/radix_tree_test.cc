@@ -951,6 +951,42 @@ TEST(RadixTreeLimitsTest, NamespacesAreBounded) {
   EXPECT_EQ(tree.RegisterNamespace(spec).value(), 7u);
 }
 
+// A token arena over kEagerTokenArenaBytes is committed page by page instead of
+// up front: the tree behaves the same, including at the arena's far end.
+TEST(RadixTreeLimitsTest, LargeTokenArenaIsCommittedOnUse) {
+  constexpr uint32_t kPage = 1024;
+  const uint32_t capacity =
+      static_cast<uint32_t>(kEagerTokenArenaBytes / (kPage * 4)) + 64;
+  RadixTree tree({.capacity_pages = capacity, .max_page_size = kPage});
+  const NamespaceId ns =
+      tree.RegisterNamespace(NamespaceSpec{.model = "m", .page_size = kPage})
+          .value();
+  const BlockKey root = tree.namespace_root(ns);
+  // Fill every page, so the last pages of the arena are written too.
+  uint32_t next = 0;
+  for (uint32_t done = 0; done < capacity;) {
+    Tokens t(size_t{std::min(capacity - done, 512u)} * kPage);
+    for (uint32_t& x : t) x = next++;
+    const auto keys = ComputeBlockKeys(root, kPage, t);
+    AcquireResult a =
+        *tree.Acquire({.ns = ns, .keys = keys, .tokens = t, .allocate = true,
+                       .chain_keys = true});
+    ASSERT_EQ(a.new_blocks, keys.size());
+    ASSERT_TRUE(tree.Commit(a.lease, a.new_blocks, true).ok());
+    done += a.new_blocks;
+  }
+  EXPECT_EQ(tree.GetStats().cached_pages, capacity);
+  // The last prompt is matched by token comparison along its chain.
+  Tokens last(size_t{capacity % 512 == 0 ? 512 : capacity % 512} * kPage);
+  for (size_t i = 0; i < last.size(); ++i) {
+    last[i] = next - static_cast<uint32_t>(last.size()) + static_cast<uint32_t>(i);
+  }
+  absl::StatusOr<MatchResult> m = tree.MatchTokens(ns, last);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->matched_blocks, last.size() / kPage);
+  EXPECT_TRUE(tree.CheckInvariants().ok());
+}
+
 TEST(BlockKeyAppendTest, ParentMayBeTheVectorsOwnBack) {
   const BlockKey root{1, 2};
   const Tokens t = {1, 2, 3, 4, 5, 6, 7, 8};
