@@ -35,9 +35,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <string>
 #include <iostream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
