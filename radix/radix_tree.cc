@@ -49,16 +49,14 @@ void* AllocLarge(size_t bytes) {
   return p;
 }
 
-void* AllocArena(size_t bytes) {
-  // The arena is capacity x page_size tokens. Up to kEagerTokenArenaBytes (1 M
-  // blocks of 16 tokens; a GPU pool's arena is far smaller) it gets huge
-  // pages, faulted in at the first namespace, so that token comparisons and
-  // copies at random pages do not also miss the TLB. A bigger one (an
-  // index-only pool of long pages can need gigabytes) would take seconds to
-  // fault in, and huge pages faulted on demand stall the exclusive lock for
-  // milliseconds every 2 MB while the tree fills; it gets 4 KiB pages,
-  // committed on first touch at about a microsecond each.
-  if (bytes <= kEagerTokenArenaBytes) return AllocLarge(bytes);
+void* AllocArena(size_t bytes, size_t eager_bytes) {
+  // Faulting the arena in up front costs ~50 ms per GB where the kernel
+  // only has to zero memory, but up to ~2 s per GB on a VM whose host backs
+  // guest memory on first touch (measured); a bigger arena than
+  // `eager_bytes` (an index-only pool of long pages) is left to the OS,
+  // 4 KiB at a time, without a huge-page request: huge pages faulted on
+  // demand would stall the exclusive lock for up to milliseconds each.
+  if (bytes <= eager_bytes) return AllocLarge(bytes);
   constexpr size_t kPage = 4096;
   return std::aligned_alloc(kPage, (bytes + kPage - 1) / kPage * kPage);
 }
@@ -100,6 +98,7 @@ const char* BlockStatusName(BlockStatus s) {
 RadixTree::Impl::Impl(const RadixTreeOptions& o)
     : capacity(o.capacity_pages),
       max_page_size(o.max_page_size),
+      eager_token_arena_bytes(o.eager_token_arena_bytes),
       remembered_evictions(o.remembered_evictions),
       listener(o.listener),
       epoch(absl::Now()),
@@ -447,7 +446,7 @@ absl::StatusOr<NamespaceId> RadixTree::RegisterNamespace(
   if (m.arena_page_size == 0) {
     const size_t n = size_t{m.capacity} * spec.page_size;
     m.token_arena.reset(
-        static_cast<uint32_t*>(radix_internal::AllocArena(n * sizeof(uint32_t))));
+        static_cast<uint32_t*>(radix_internal::AllocArena(n * sizeof(uint32_t), m.eager_token_arena_bytes)));
     if (m.token_arena == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot reserve token storage for capacity_pages=", m.capacity,

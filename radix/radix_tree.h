@@ -76,10 +76,6 @@ inline constexpr uint32_t kMaxNamespaces = 0xffff;
 // lock: ~50 us at 1 M cached blocks, where one hold for all of them would
 // stall every lookup for tens of milliseconds.
 inline constexpr uint64_t kAdminEvictionBatch = 1024;
-// Token copies (capacity x page_size x 4 bytes) up to this size are made
-// resident when the first namespace registers; a larger arena is committed
-// by the OS as blocks are first stored.
-inline constexpr size_t kEagerTokenArenaBytes = size_t{64} << 20;
 
 enum class PageState : uint8_t { kFree = 0, kWriting = 1, kCached = 2 };
 
@@ -114,6 +110,11 @@ struct RadixTreeOptions {
   uint32_t remembered_evictions = 4096;
   // Not owned; may be null. Must outlive the tree.
   EventListener* listener = nullptr;
+  // Token copies (capacity_pages x page_size x 4 bytes) up to this size are
+  // made resident on huge pages when the first namespace registers, so that
+  // no insert faults memory in under the lock; a larger arena is committed
+  // by the OS 4 KiB at a time as blocks are first stored.
+  size_t eager_token_arena_bytes = size_t{1} << 30;
 };
 
 struct AcquireRequest {

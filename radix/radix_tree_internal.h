@@ -88,11 +88,11 @@ struct Link {
 // they are returned (see AllocLarge in radix_tree.cc). Returns nullptr when
 // out of memory. Memory is not initialised; release with FreeLarge.
 void* AllocLarge(size_t bytes);
-// Memory for the token arena: AllocLarge's when it is at most
-// kEagerTokenArenaBytes, else page-aligned without a huge-page request and
-// committed by the OS page by page as blocks are first stored. Release with
-// FreeLarge.
-void* AllocArena(size_t bytes);
+// Memory for the token arena: AllocLarge's when it is at most `eager_bytes`
+// (RadixTreeOptions::eager_token_arena_bytes), else page-aligned without a
+// huge-page request and committed by the OS page by page as blocks are
+// first stored. Release with FreeLarge.
+void* AllocArena(size_t bytes, size_t eager_bytes);
 void FreeLarge(void* p);
 
 struct LargeDeleter {
@@ -279,6 +279,7 @@ struct RadixTree::Impl {
 
   const uint32_t capacity;
   const uint32_t max_page_size;
+  const size_t eager_token_arena_bytes;
   const uint32_t remembered_evictions;
   EventListener* const listener;
   const absl::Time epoch;

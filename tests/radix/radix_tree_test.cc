@@ -951,13 +951,15 @@ TEST(RadixTreeLimitsTest, NamespacesAreBounded) {
   EXPECT_EQ(tree.RegisterNamespace(spec).value(), 7u);
 }
 
-// A token arena over kEagerTokenArenaBytes is committed page by page instead of
-// up front: the tree behaves the same, including at the arena's far end.
+// A token arena over RadixTreeOptions::eager_token_arena_bytes is committed
+// page by page instead of up front: the tree behaves the same, including at
+// the arena's far end.
 TEST(RadixTreeLimitsTest, LargeTokenArenaIsCommittedOnUse) {
-  constexpr uint32_t kPage = 1024;
-  const uint32_t capacity =
-      static_cast<uint32_t>(kEagerTokenArenaBytes / (kPage * 4)) + 64;
-  RadixTree tree({.capacity_pages = capacity, .max_page_size = kPage});
+  constexpr uint32_t kPage = 64;
+  constexpr uint32_t capacity = 5000;  // 1.28 MB of tokens
+  RadixTree tree({.capacity_pages = capacity,
+                  .max_page_size = kPage,
+                  .eager_token_arena_bytes = 1 << 20});
   const NamespaceId ns =
       tree.RegisterNamespace(NamespaceSpec{.model = "m", .page_size = kPage})
           .value();
