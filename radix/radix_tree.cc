@@ -445,8 +445,8 @@ absl::StatusOr<NamespaceId> RadixTree::RegisterNamespace(
   }
   if (m.arena_page_size == 0) {
     const size_t n = size_t{m.capacity} * spec.page_size;
-    m.token_arena.reset(
-        static_cast<uint32_t*>(radix_internal::AllocArena(n * sizeof(uint32_t), m.eager_token_arena_bytes)));
+    m.token_arena.reset(static_cast<uint32_t*>(radix_internal::AllocArena(
+        n * sizeof(uint32_t), m.eager_token_arena_bytes)));
     if (m.token_arena == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot reserve token storage for capacity_pages=", m.capacity,

@@ -30,7 +30,8 @@
 
 ABSL_FLAG(std::string, socket, "", "Unix socket path to listen on");
 ABSL_FLAG(int32_t, threads, 2, "completion queues, one polling thread each");
-ABSL_FLAG(int32_t, calls_per_queue, 64, "calls waiting for a request per queue");
+ABSL_FLAG(int32_t, calls_per_queue, 64,
+          "calls waiting for a request per queue");
 
 namespace radixkv::bench {
 namespace {
@@ -95,7 +96,9 @@ int Run() {
   builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
   builder.RegisterAsyncGenericService(&service);
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
-  for (int i = 0; i < threads; ++i) queues.push_back(builder.AddCompletionQueue());
+  for (int i = 0; i < threads; ++i) {
+    queues.push_back(builder.AddCompletionQueue());
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
     std::cerr << "Error: cannot listen on unix:" << socket << "\n";
@@ -120,7 +123,8 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "empty gRPC handler on the completion-queue API: --socket=PATH --threads=N");
+      "empty gRPC handler on the completion-queue API: "
+      "--socket=PATH --threads=N");
   absl::ParseCommandLine(argc, argv);
   return radixkv::bench::Run();
 }

@@ -192,7 +192,8 @@ int Main() {
   // full 3,000-page tree, each Acquire evicting 24 leaves.
   Holds miss_hold, commit_hold;
   {
-    constexpr uint32_t kTracePage = 512, kTraceBlocks = 24, kTraceCapacity = 3000;
+    constexpr uint32_t kTracePage = 512, kTraceBlocks = 24;
+    constexpr uint32_t kTraceCapacity = 3000;
     RadixTree tree({.capacity_pages = kTraceCapacity,
                     .max_page_size = kTracePage});
     NamespaceId ns = *tree.RegisterNamespace(Spec(kTracePage));
@@ -202,14 +203,17 @@ int Main() {
     const uint32_t fill = kTraceCapacity / kTraceBlocks + 1;
     for (uint32_t i = 0; i < fill + samples / 4; ++i) {
       for (uint32_t& t : tokens) t = next_token++;
-      const std::vector<BlockKey> keys = ComputeBlockKeys(root, kTracePage, tokens);
+      const std::vector<BlockKey> keys =
+          ComputeBlockKeys(root, kTracePage, tokens);
       const bool timed = i >= fill;  // the tree is full from here on
       auto acquire = [&] {
         return *tree.Acquire({.ns = ns, .keys = keys, .tokens = tokens,
                               .allocate = true, .chain_keys = true});
       };
       const AcquireResult a = timed ? miss_hold.Time(acquire) : acquire();
-      auto commit = [&] { return tree.Commit(a.lease, a.new_blocks, true).ok(); };
+      auto commit = [&] {
+        return tree.Commit(a.lease, a.new_blocks, true).ok();
+      };
       if (!(timed ? commit_hold.Time(commit) : commit()) ||
           a.new_blocks != kTraceBlocks) {
         std::cerr << "Error: trace-shaped miss did not allocate and commit "
@@ -242,7 +246,8 @@ int Main() {
         return *tree.Acquire(
             {.ns = ns, .keys = keys, .tokens = tokens, .allocate = true});
       });
-      fill_hold.Time([&] { return tree.Commit(a.lease, a.new_blocks, true).ok(); });
+      fill_hold.Time(
+          [&] { return tree.Commit(a.lease, a.new_blocks, true).ok(); });
       done += n;
     }
     fill_s = Seconds(f0, Clock::now());

@@ -465,7 +465,8 @@ TEST(RadixTreeAdminTest, EvictAndClearWorkInBatches) {
   ASSERT_EQ(a.new_blocks, blocks);
   ASSERT_TRUE(tree.Commit(a.lease, a.new_blocks, true).ok());
   const Tokens pinned = {99999};
-  const auto pinned_keys = ComputeBlockKeys(tree.namespace_root(ns), kPage, pinned);
+  const auto pinned_keys =
+      ComputeBlockKeys(tree.namespace_root(ns), kPage, pinned);
   AcquireResult p = *tree.Acquire(
       {.ns = ns, .keys = pinned_keys, .tokens = pinned, .allocate = true});
   ASSERT_TRUE(tree.Commit(p.lease, 1, /*release=*/false).ok());
