@@ -358,11 +358,8 @@ size_t RadixTree::Impl::WalkTokens(NamespaceId ns,
   size_t i = 0;
   for (const uint32_t* block = tokens.data(); i < blocks && next != kNoPage;
        ++i, block += ps) {
+    if (!WalksTo(next, ns, parent, block, block_bytes)) break;
     const Node& n = nodes[next];
-    if (!IsChainChild(n, ns, parent) ||
-        std::memcmp(TokensOf(next), block, block_bytes) != 0) {
-      break;
-    }
     keys->push_back(n.key);
     if (pages != nullptr) pages->push_back(next);
     parent = next;
@@ -547,8 +544,7 @@ absl::StatusOr<MatchResult> RadixTree::MatchTokens(
   PageId next = space.hot_root;
   size_t i = 0;
   for (const uint32_t* block = tokens.data(); i < blocks; ++i, block += ps) {
-    if (next != kNoPage && Impl::IsChainChild(nodes[next], ns, parent) &&
-        std::memcmp(m.TokensOf(next), block, block_bytes) == 0) {
+    if (next != kNoPage && m.WalksTo(next, ns, parent, block, block_bytes)) {
       ++r.walked_blocks;
     } else {
       // A branch point (or the end of the match): hash this block only.

@@ -203,6 +203,18 @@ struct RadixTree::Impl {
     return n.state == PageState::kCached && n.chain_keyed && n.ns == ns &&
            n.parent == parent;
   }
+  // One step of the token walk: whether `p` (a hot-child hint, not
+  // kNoPage) is the cached, chain-keyed child of `parent` in `ns` holding
+  // exactly these block_bytes of tokens, so that its key is the block's
+  // chain key and no hashing is needed.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool WalksTo(PageId p, NamespaceId ns,
+                                            PageId parent,
+                                            const uint32_t* block,
+                                            size_t block_bytes) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return IsChainChild(nodes[p], ns, parent) &&
+           std::memcmp(TokensOf(p), block, block_bytes) == 0;
+  }
   // PrefixKeysByTokens under the caller's lock. REQUIRES: ns is registered.
   size_t WalkTokens(NamespaceId ns, absl::Span<const uint32_t> tokens,
                     std::vector<BlockKey>* keys,
