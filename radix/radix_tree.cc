@@ -125,40 +125,6 @@ RadixTree::Impl::Impl(const RadixTreeOptions& o)
   links[sentinel].next = sentinel;
 }
 
-void RadixTree::Impl::LruRemove(PageId p) {
-  radix_internal::Link& l = links[p];
-  links[l.prev].next = l.next;
-  links[l.next].prev = l.prev;
-  l.prev = l.next = kNoPage;
-}
-
-void RadixTree::Impl::LruAppend(PageId p) {
-  radix_internal::Link& s = links[sentinel];
-  radix_internal::Link& l = links[p];
-  l.prev = s.prev;
-  l.next = sentinel;
-  links[s.prev].next = p;
-  s.prev = p;
-}
-
-void RadixTree::Impl::Pin(PageId p, uint32_t now) {
-  Node& n = nodes[p];
-  if (n.refs++ == 0) {
-    LruRemove(p);
-    ++pinned_count;
-  }
-  n.last_used = now;
-}
-
-void RadixTree::Impl::Unpin(PageId p, uint32_t now) {
-  Node& n = nodes[p];
-  n.last_used = now;
-  if (--n.refs == 0) {
-    --pinned_count;
-    LruAppend(p);
-  }
-}
-
 PageId RadixTree::Impl::PopFree() {
   const PageId p = free_head;
   if (p == kNoPage) return p;
