@@ -316,22 +316,27 @@ size_t RadixTree::Impl::WalkTokens(NamespaceId ns,
                                    absl::Span<const uint32_t> tokens,
                                    std::vector<BlockKey>* keys,
                                    std::vector<PageId>* pages) const {
-  const size_t ps = namespaces[ns].spec.page_size;
-  const size_t blocks = tokens.size() / ps;
-  const size_t block_bytes = ps * sizeof(uint32_t);
+  switch (namespaces[ns].spec.page_size * sizeof(uint32_t)) {
+    case 64:
+      return WalkTokensFor<64>(ns, tokens, keys, pages);
+    default:
+      return WalkTokensFor<0>(ns, tokens, keys, pages);
+  }
+}
+
+template <size_t kBytes>
+size_t RadixTree::Impl::WalkTokensFor(NamespaceId ns,
+                                      absl::Span<const uint32_t> tokens,
+                                      std::vector<BlockKey>* keys,
+                                      std::vector<PageId>* pages) const {
   PageId parent = kNoPage;
   PageId next = namespaces[ns].hot_root;
-  size_t i = 0;
-  for (const uint32_t* block = tokens.data(); i < blocks && next != kNoPage;
-       ++i, block += ps) {
-    if (!WalksTo(next, ns, parent, block, block_bytes)) break;
-    const Node& n = nodes[next];
-    keys->push_back(n.key);
-    if (pages != nullptr) pages->push_back(next);
-    parent = next;
-    next = n.hot_child;
-  }
-  return i;
+  return WalkHot<kBytes>(ns, tokens.data(),
+                         tokens.size() / namespaces[ns].spec.page_size,
+                         &parent, &next, [&](PageId p, const Node& n) {
+                           keys->push_back(n.key);
+                           if (pages != nullptr) pages->push_back(p);
+                         });
 }
 
 bool RadixTree::ContainsKey(const BlockKey& key) const {
@@ -491,7 +496,7 @@ absl::StatusOr<MatchResult> RadixTree::Match(
 
 absl::StatusOr<MatchResult> RadixTree::MatchTokens(
     NamespaceId ns, absl::Span<const uint32_t> tokens) const {
-  Impl& m = *impl_;
+  const Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
   if (ns >= m.namespaces.size()) {
     return absl::InvalidArgumentError(
@@ -499,35 +504,46 @@ absl::StatusOr<MatchResult> RadixTree::MatchTokens(
                      m.namespaces.size(), " registered)"));
   }
   m.matches.fetch_add(1, std::memory_order_relaxed);
-  const Impl::Namespace& space = m.namespaces[ns];
+  switch (m.namespaces[ns].spec.page_size * sizeof(uint32_t)) {
+    case 64:
+      return m.MatchTokensFor<64>(ns, tokens);
+    default:
+      return m.MatchTokensFor<0>(ns, tokens);
+  }
+}
+
+template <size_t kBytes>
+MatchResult RadixTree::Impl::MatchTokensFor(
+    NamespaceId ns, absl::Span<const uint32_t> tokens) const {
+  const Namespace& space = namespaces[ns];
   const size_t ps = space.spec.page_size;
   const size_t blocks = tokens.size() / ps;
   MatchResult r;
   r.total_blocks = static_cast<uint32_t>(blocks);
-  const Impl::Node* const nodes = m.nodes.get();
-  const size_t block_bytes = ps * sizeof(uint32_t);
   PageId parent = kNoPage;
   PageId next = space.hot_root;
   size_t i = 0;
-  for (const uint32_t* block = tokens.data(); i < blocks; ++i, block += ps) {
-    if (next != kNoPage && m.WalksTo(next, ns, parent, block, block_bytes)) {
-      ++r.walked_blocks;
-    } else {
-      // A branch point (or the end of the match): hash this block only.
-      ++r.hashed_blocks;
-      const absl::Span<const uint32_t> span(block, ps);
-      const BlockKey key = ChainBlockKey(
-          parent == kNoPage ? space.root : nodes[parent].key, span);
-      const PageId p = m.FindByKey(ns, parent, key);
-      if (p == kNoPage) break;
-      if (!m.Verifies(p, ns, parent, span)) {
-        ++r.collisions;
-        break;
-      }
-      next = p;
+  while (true) {
+    const size_t walked =
+        WalkHot<kBytes>(ns, tokens.data() + i * ps, blocks - i, &parent, &next,
+                        [](PageId, const Node&) {});
+    i += walked;
+    r.walked_blocks += static_cast<uint32_t>(walked);
+    if (i == blocks) break;
+    // A branch point (or the end of the match): hash this block only.
+    ++r.hashed_blocks;
+    const absl::Span<const uint32_t> block(tokens.data() + i * ps, ps);
+    const BlockKey key = ChainBlockKey(
+        parent == kNoPage ? space.root : nodes[parent].key, block);
+    const PageId p = FindByKey(ns, parent, key);
+    if (p == kNoPage) break;
+    if (!Verifies(p, ns, parent, block)) {
+      ++r.collisions;
+      break;
     }
-    parent = next;
-    next = nodes[next].hot_child;
+    parent = p;
+    next = nodes[p].hot_child;
+    ++i;
   }
   r.matched_blocks = static_cast<uint32_t>(i);
   return r;

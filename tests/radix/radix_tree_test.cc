@@ -990,6 +990,54 @@ TEST(RadixTreeLimitsTest, LargeTokenArenaIsCommittedOnUse) {
   EXPECT_TRUE(tree.CheckInvariants().ok());
 }
 
+// The token walks (MatchTokens, PrefixKeysByTokens) compare 64-byte blocks
+// (page_size 16) with code of their own and other sizes with memcmp: at each
+// of these page sizes, changing any one token of block b stops both walks at
+// block b, and an unchanged prompt walks to its end.
+TEST(RadixTreeTokenWalkTest, EveryTokenOfEveryBlockIsCompared) {
+  constexpr uint32_t kBlocks = 6;
+  for (const uint32_t ps : {2u, 15u, 16u, 32u}) {
+    SCOPED_TRACE(testing::Message() << "page_size " << ps);
+    RadixTree tree({.capacity_pages = 64});
+    const NamespaceId ns =
+        tree.RegisterNamespace(NamespaceSpec{.model = "m", .page_size = ps})
+            .value();
+    Tokens base(size_t{kBlocks} * ps);
+    for (size_t i = 0; i < base.size(); ++i) {
+      base[i] = static_cast<uint32_t>(1000 + 7 * i);
+    }
+    const auto keys = ComputeBlockKeys(tree.namespace_root(ns), ps, base);
+    AcquireResult a = *tree.Acquire({.ns = ns, .keys = keys, .tokens = base,
+                                     .allocate = true, .chain_keys = true});
+    ASSERT_TRUE(tree.Commit(a.lease, a.new_blocks, true).ok());
+
+    MatchResult whole = *tree.MatchTokens(ns, base);
+    EXPECT_EQ(whole.matched_blocks, kBlocks);
+    EXPECT_EQ(whole.walked_blocks, kBlocks);
+    std::vector<BlockKey> walked_keys;
+    std::vector<PageId> pages;
+    EXPECT_EQ(tree.PrefixKeysByTokens(ns, base, &walked_keys, &pages),
+              kBlocks);
+    EXPECT_EQ(walked_keys, keys);
+
+    for (uint32_t b = 0; b < kBlocks; ++b) {
+      for (uint32_t j = 0; j < ps; ++j) {
+        Tokens t = base;
+        t[size_t{b} * ps + j] ^= 0x10000;
+        MatchResult m = *tree.MatchTokens(ns, t);
+        ASSERT_EQ(m.matched_blocks, b) << "token " << j << " of block " << b;
+        walked_keys.clear();
+        pages.clear();
+        ASSERT_EQ(tree.PrefixKeysByTokens(ns, t, &walked_keys, &pages), b)
+            << "token " << j << " of block " << b;
+        ASSERT_EQ(walked_keys.size(), b);
+        ASSERT_EQ(pages.size(), b);
+      }
+    }
+    EXPECT_TRUE(tree.CheckInvariants().ok());
+  }
+}
+
 TEST(BlockKeyAppendTest, ParentMayBeTheVectorsOwnBack) {
   const BlockKey root{1, 2};
   const Tokens t = {1, 2, 3, 4, 5, 6, 7, 8};
