@@ -612,6 +612,15 @@ absl::Status Cache::Release(const v1::ReleaseRequest& req) {
   return WithField("lease_id", t->Release(req.lease_id()));
 }
 
+void Cache::AbandonLease(LeaseId lease) {
+  sessions_.RemoveLease(lease);
+  RadixTree* t = tree();
+  // NOT_FOUND: the session ended (releasing it) or the lease expired first.
+  if (t != nullptr && t->Release(lease).ok()) {
+    lease_abandoned_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) {
   ASSIGN_OR_RETURN(NamespaceSpec spec, ValidateNamespace(req.namespace_()));
   ASSIGN_OR_RETURN(Prompt p,
@@ -679,6 +688,7 @@ void Cache::GetStats(v1::Stats* s) const {
   }
   s->set_sessions(sessions_.session_count());
   s->set_lease_expired(lease_expired_total());
+  s->set_lease_abandoned(lease_abandoned_total());
   s->set_walked_blocks(walked_blocks_.load(std::memory_order_relaxed));
   s->set_hashed_blocks(hashed_blocks_.load(std::memory_order_relaxed));
   s->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));

@@ -110,6 +110,11 @@ class Cache {
   absl::Status Acquire(const v1::AcquireRequest& req, v1::AcquireResponse* resp);
   absl::Status Commit(const v1::CommitRequest& req, v1::CommitResponse* resp);
   absl::Status Release(const v1::ReleaseRequest& req);
+  // Ends `lease`, made by an Acquire whose answer never reached the client
+  // (the call failed after the lease was made: deadline, cancel, broken
+  // connection), so the client cannot know the lease id and nothing else
+  // would end it before --lease_ttl. Counted when the lease was still live.
+  void AbandonLease(LeaseId lease);
   absl::Status Match(const v1::MatchRequest& req, v1::MatchResponse* resp);
 
   // --- Admin ---
@@ -134,6 +139,9 @@ class Cache {
   absl::Status CheckInvariants() const;
   uint64_t lease_expired_total() const {
     return lease_expired_.load(std::memory_order_relaxed);
+  }
+  uint64_t lease_abandoned_total() const {
+    return lease_abandoned_.load(std::memory_order_relaxed);
   }
 
  private:
@@ -219,6 +227,7 @@ class Cache {
   EventLog events_;
   SessionManager sessions_;
   std::atomic<uint64_t> lease_expired_{0};
+  std::atomic<uint64_t> lease_abandoned_{0};
   // Prompt::walked_blocks / hashed_blocks summed over Acquire and Match.
   std::atomic<uint64_t> walked_blocks_{0};
   std::atomic<uint64_t> hashed_blocks_{0};

@@ -204,11 +204,52 @@ KvService::Session(grpc::CallbackServerContext* ctx) {
   return new SessionReactor(this, ctx);
 }
 
+namespace {
+
+// Finishes an Acquire that made a lease. If the call then fails before the
+// answer reaches the client (its deadline passes or it is cancelled while
+// the answer waits to be sent, the connection breaks), the client never
+// learns the lease id, so the lease is ended here instead of pinning its
+// pages until --lease_ttl. (An answer that was sent but arrived after the
+// client gave up is not seen as failed here; that lease waits for the TTL.)
+class AcquireReactor final : public grpc::ServerUnaryReactor {
+ public:
+  AcquireReactor(grpc::CallbackServerContext* ctx, Cache* cache, LeaseId lease)
+      : ctx_(ctx), cache_(cache), lease_(lease) {}
+
+  void OnDone() override {
+    if (ctx_->IsCancelled()) cache_->AbandonLease(lease_);
+    delete this;
+  }
+  // OnDone is short (it rarely takes the tree's lock for microseconds), so
+  // gRPC may run it on the thread that completes the call, as it does for
+  // its own default reactor, instead of handing it to its executor: that
+  // hand-off cost 3.3k instructions per Acquire (callgrind), ~5 % of one.
+  // gRPC 1.51 documents this hook as internal; if a later gRPC drops it,
+  // this override stops compiling rather than silently changing.
+  bool InternalInlineable() override { return true; }
+
+ private:
+  grpc::CallbackServerContext* const ctx_;
+  Cache* const cache_;
+  const LeaseId lease_;
+};
+
+}  // namespace
+
 grpc::ServerUnaryReactor* KvService::Acquire(grpc::CallbackServerContext* ctx,
                                              const v1::AcquireRequest* req,
                                              v1::AcquireResponse* resp) {
-  return RunUnary(ctx, env_, Method::kAcquire,
-                  [&] { return env_.cache->Acquire(*req, resp); });
+  const absl::Time start = absl::Now();
+  absl::Status status = Admission(ctx, env_);
+  if (status.ok()) status = env_.cache->Acquire(*req, resp);
+  if (!status.ok() || resp->lease_id() == 0) {
+    return FinishUnary(ctx, env_, Method::kAcquire, start, status);
+  }
+  RecordUnary(env_, Method::kAcquire, start, status);
+  auto* reactor = new AcquireReactor(ctx, env_.cache, resp->lease_id());
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* KvService::Commit(grpc::CallbackServerContext* ctx,

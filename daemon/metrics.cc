@@ -140,6 +140,10 @@ class Metrics::StateCollector : public prometheus::Collectable {
     gauge("radixkv_leases", "Live leases.", s.leases());
     counter("radixkv_lease_expired_total", "Leases ended by --lease_ttl.",
             s.lease_expired());
+    counter("radixkv_lease_abandoned_total",
+            "Leases ended because their Acquire failed before its answer "
+            "reached the client.",
+            s.lease_abandoned());
     gauge("radixkv_tree_nodes", "Nodes (cached blocks) in the radix tree.", s.tree_nodes());
     gauge("radixkv_namespaces", "Namespaces registered.", s.namespaces());
     gauge("radixkv_invariants_ok",

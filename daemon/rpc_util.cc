@@ -18,11 +18,16 @@ absl::Status Admission(const grpc::CallbackServerContext* ctx,
   return absl::OkStatus();
 }
 
+void RecordUnary(const ServiceEnv& env, Method method, absl::Time start,
+                 const absl::Status& status) {
+  if (env.metrics != nullptr) env.metrics->Record(method, status, absl::Now() - start);
+}
+
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
                                       const ServiceEnv& env, Method method,
                                       absl::Time start,
                                       const absl::Status& status) {
-  if (env.metrics != nullptr) env.metrics->Record(method, status, absl::Now() - start);
+  RecordUnary(env, method, start, status);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;

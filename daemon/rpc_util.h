@@ -45,6 +45,10 @@ struct ServiceEnv {
 absl::Status Admission(const grpc::CallbackServerContext* ctx,
                        const ServiceEnv& env);
 
+// Records `status` and the latency since `start` for `method`.
+void RecordUnary(const ServiceEnv& env, Method method, absl::Time start,
+                 const absl::Status& status);
+
 // Records `status` for `method` and finishes the call with it.
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
                                       const ServiceEnv& env, Method method,

@@ -179,6 +179,9 @@ absl::Status Server::Init() {
   builder.RegisterService(kv_service_.get());
   builder.RegisterService(admin_service_.get());
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  if (options_.interceptors) {
+    builder.experimental().SetInterceptorCreators(options_.interceptors());
+  }
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
                              ToMillis(options_.keepalive_time));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,

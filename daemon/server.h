@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "daemon/attach_server.h"
 #include "daemon/cache.h"
 #include "daemon/metrics.h"
+#include "grpcpp/support/server_interceptor.h"
 
 namespace grpc {
 class Server;
@@ -68,6 +70,11 @@ struct ServerOptions {
   absl::Duration keepalive_timeout = absl::Seconds(10);
   // Largest request message accepted.
   int max_receive_message_bytes = 16 << 20;
+  // Extra gRPC server interceptors (tracing, auth, fault injection in
+  // tests), made once by Start. Unset: none.
+  std::function<std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>()>
+      interceptors;
 };
 
 class Server {

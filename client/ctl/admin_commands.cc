@@ -134,7 +134,9 @@ int RunStats(Context& ctx) {
                       HumanCount(st.hashed_blocks()), " hashed"));
   kv.Add("sessions", HumanCount(st.sessions()));
   kv.Add("leases", absl::StrCat(HumanCount(st.leases()), " (",
-                                HumanCount(st.lease_expired()), " expired)"));
+                                HumanCount(st.lease_expired()), " expired, ",
+                                HumanCount(st.lease_abandoned()),
+                                " abandoned)"));
   kv.Add("tree nodes", HumanCount(st.tree_nodes()));
   kv.Add("namespaces", HumanCount(st.namespaces()));
   kv.Add("invariants", st.invariants_ok() ? "ok" : "VIOLATED");

@@ -124,6 +124,7 @@ TEST_F(ServerTest, MetricsEndpointPassesPromtool) {
         "radixkv_hit_tokens_total 0", "radixkv_evicted_pages_total 0",
         "radixkv_hash_collisions_total 0", "radixkv_sessions 1",
         "radixkv_leases 0", "radixkv_lease_expired_total 0",
+        "radixkv_lease_abandoned_total 0",
         "radixkv_tree_nodes 4", "radixkv_namespaces 1",
         "radixkv_requests_total{code=\"OK\",method=\"Acquire\"} 1",
         "radixkv_requests_total{code=\"INVALID_ARGUMENT\",method=\"Acquire\"} 1",
@@ -426,6 +427,87 @@ TEST_F(ServerTest, ExpiredLeaseIsNotFoundAndSwept) {
   EXPECT_EQ(Commit(session.id(), a.lease_id(), 2, true, &c).error_code(),
             grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(Stats().cached_pages(), 0u);
+}
+
+// Holds back the answer of every Acquire for `delay` (before it is sent)
+// while `armed`: the client's deadline passes with the lease already made.
+class SlowAcquireAnswers : public grpc::experimental::Interceptor {
+ public:
+  SlowAcquireAnswers(const std::atomic<bool>* armed, absl::Duration delay)
+      : armed_(armed), delay_(delay) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
+    if (m->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_MESSAGE) &&
+        armed_->load()) {
+      absl::SleepFor(delay_);
+    }
+    m->Proceed();
+  }
+
+ private:
+  const std::atomic<bool>* const armed_;
+  const absl::Duration delay_;
+};
+
+class SlowAcquireAnswersFactory
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit SlowAcquireAnswersFactory(const std::atomic<bool>* armed)
+      : armed_(armed) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    if (std::string(info->method()) != "/radixkv.v1.KvCache/Acquire") {
+      return nullptr;
+    }
+    return new SlowAcquireAnswers(armed_, absl::Milliseconds(600));
+  }
+
+ private:
+  const std::atomic<bool>* const armed_;
+};
+
+// An Acquire whose answer cannot reach the client before its deadline made
+// a lease the client never learns of: the daemon ends it (its new pages are
+// free again, nothing stays pinned) instead of keeping it for --lease_ttl.
+TEST_F(ServerTest, AcquireThatFailsAfterMakingALeaseEndsIt) {
+  std::atomic<bool> armed{false};
+  StartServer([&](daemon::ServerOptions& o) {
+    o.interceptors = [&armed] {
+      std::vector<std::unique_ptr<
+          grpc::experimental::ServerInterceptorFactoryInterface>> v;
+      v.push_back(std::make_unique<SlowAcquireAnswersFactory>(&armed));
+      return v;
+    };
+  });
+  SessionStream session(kv_.get(), TestNamespace());
+  ASSERT_TRUE(session.ok());
+  // Answered in time: the lease stays.
+  v1::AcquireResponse kept;
+  ASSERT_TRUE(Acquire(session.id(), Tokens(32, 10), true, &kept).ok());  // 8 blocks
+  ASSERT_NE(kept.lease_id(), 0u);
+
+  armed = true;
+  v1::AcquireRequest req;
+  req.set_session_id(session.id());
+  SetTokens(&req, Tokens(32, 20));
+  req.set_allocate(true);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(150));
+  v1::AcquireResponse lost;
+  EXPECT_EQ(kv_->Acquire(&ctx, req, &lost).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  ASSERT_TRUE(WaitFor([&] { return Stats().lease_abandoned() == 1; }, 10));
+  armed = false;
+  v1::Stats s = Stats();
+  EXPECT_EQ(s.leases(), 1u);          // the first one
+  EXPECT_EQ(s.writing_pages(), 8u);   // its 8 new pages only
+  EXPECT_EQ(s.lease_expired(), 0u);
+  ExpectInvariants(s);
+  // The first lease is unaffected.
+  v1::CommitResponse c;
+  EXPECT_TRUE(Commit(session.id(), kept.lease_id(), 8, true, &c).ok());
+  EXPECT_EQ(Stats().cached_pages(), 8u);
 }
 
 TEST_F(ServerTest, ConcurrentSessionsKeepInvariants) {
