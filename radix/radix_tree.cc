@@ -67,6 +67,14 @@ void FreeLarge(void* p) { std::free(p); }
 
 namespace {
 
+bool CpuHasAvx2() {
+#if RADIXKV_WIDE_WALK
+  return __builtin_cpu_supports("avx2");
+#else
+  return false;
+#endif
+}
+
 // n default-constructed Ts in AllocLarge memory.
 template <typename T>
 T* NewLargeArray(size_t n) {
@@ -100,6 +108,7 @@ RadixTree::Impl::Impl(const RadixTreeOptions& o)
       max_page_size(o.max_page_size),
       eager_token_arena_bytes(o.eager_token_arena_bytes),
       remembered_evictions(o.remembered_evictions),
+      wide_walk(o.vector_walk && CpuHasAvx2()),
       listener(o.listener),
       epoch(absl::Now()),
       sentinel(o.capacity_pages),
@@ -317,27 +326,46 @@ size_t RadixTree::Impl::WalkTokens(NamespaceId ns,
                                    std::vector<BlockKey>* keys,
                                    std::vector<PageId>* pages) const {
   switch (namespaces[ns].spec.page_size * sizeof(uint32_t)) {
+#if RADIXKV_WIDE_WALK
     case 64:
-      return WalkTokensFor<64>(ns, tokens, keys, pages);
+      return wide_walk ? WalkTokensWide<64>(ns, tokens, keys, pages)
+                       : WalkTokensFor<64, false>(ns, tokens, keys, pages);
+    case 128:
+      if (wide_walk) return WalkTokensWide<128>(ns, tokens, keys, pages);
+      return WalkTokensFor<0, false>(ns, tokens, keys, pages);
+#else
+    case 64:
+      return WalkTokensFor<64, false>(ns, tokens, keys, pages);
+#endif
     default:
-      return WalkTokensFor<0>(ns, tokens, keys, pages);
+      return WalkTokensFor<0, false>(ns, tokens, keys, pages);
   }
 }
 
-template <size_t kBytes>
-size_t RadixTree::Impl::WalkTokensFor(NamespaceId ns,
+template <size_t kBytes, bool kWide>
+inline size_t RadixTree::Impl::WalkTokensFor(NamespaceId ns,
                                       absl::Span<const uint32_t> tokens,
                                       std::vector<BlockKey>* keys,
                                       std::vector<PageId>* pages) const {
   PageId parent = kNoPage;
   PageId next = namespaces[ns].hot_root;
-  return WalkHot<kBytes>(ns, tokens.data(),
-                         tokens.size() / namespaces[ns].spec.page_size,
-                         &parent, &next, [&](PageId p, const Node& n) {
-                           keys->push_back(n.key);
-                           if (pages != nullptr) pages->push_back(p);
-                         });
+  return WalkHot<kBytes, kWide>(ns, tokens.data(),
+                                tokens.size() / namespaces[ns].spec.page_size,
+                                &parent, &next, [&](PageId p, const Node& n) {
+                                  keys->push_back(n.key);
+                                  if (pages != nullptr) pages->push_back(p);
+                                });
 }
+
+#if RADIXKV_WIDE_WALK
+template <size_t kBytes>
+size_t RadixTree::Impl::WalkTokensWide(NamespaceId ns,
+                                       absl::Span<const uint32_t> tokens,
+                                       std::vector<BlockKey>* keys,
+                                       std::vector<PageId>* pages) const {
+  return WalkTokensFor<kBytes, true>(ns, tokens, keys, pages);
+}
+#endif
 
 bool RadixTree::ContainsKey(const BlockKey& key) const {
   const Impl& m = *impl_;
@@ -504,16 +532,38 @@ absl::StatusOr<MatchResult> RadixTree::MatchTokens(
                      m.namespaces.size(), " registered)"));
   }
   m.matches.fetch_add(1, std::memory_order_relaxed);
-  switch (m.namespaces[ns].spec.page_size * sizeof(uint32_t)) {
+  return m.MatchTokensLocked(ns, tokens);
+}
+
+MatchResult RadixTree::Impl::MatchTokensLocked(
+    NamespaceId ns, absl::Span<const uint32_t> tokens) const {
+  switch (namespaces[ns].spec.page_size * sizeof(uint32_t)) {
+#if RADIXKV_WIDE_WALK
     case 64:
-      return m.MatchTokensFor<64>(ns, tokens);
+      return wide_walk ? MatchTokensWide<64>(ns, tokens)
+                       : MatchTokensFor<64, false>(ns, tokens);
+    case 128:
+      if (wide_walk) return MatchTokensWide<128>(ns, tokens);
+      return MatchTokensFor<0, false>(ns, tokens);
+#else
+    case 64:
+      return MatchTokensFor<64, false>(ns, tokens);
+#endif
     default:
-      return m.MatchTokensFor<0>(ns, tokens);
+      return MatchTokensFor<0, false>(ns, tokens);
   }
 }
 
+#if RADIXKV_WIDE_WALK
 template <size_t kBytes>
-MatchResult RadixTree::Impl::MatchTokensFor(
+MatchResult RadixTree::Impl::MatchTokensWide(
+    NamespaceId ns, absl::Span<const uint32_t> tokens) const {
+  return MatchTokensFor<kBytes, true>(ns, tokens);
+}
+#endif
+
+template <size_t kBytes, bool kWide>
+inline MatchResult RadixTree::Impl::MatchTokensFor(
     NamespaceId ns, absl::Span<const uint32_t> tokens) const {
   const Namespace& space = namespaces[ns];
   const size_t ps = space.spec.page_size;
@@ -525,7 +575,7 @@ MatchResult RadixTree::Impl::MatchTokensFor(
   size_t i = 0;
   while (true) {
     const size_t walked =
-        WalkHot<kBytes>(ns, tokens.data() + i * ps, blocks - i, &parent, &next,
+        WalkHot<kBytes, kWide>(ns, tokens.data() + i * ps, blocks - i, &parent, &next,
                         [](PageId, const Node&) {});
     i += walked;
     r.walked_blocks += static_cast<uint32_t>(walked);

@@ -115,6 +115,11 @@ struct RadixTreeOptions {
   // no insert faults memory in under the lock; a larger arena is committed
   // by the OS 4 KiB at a time as blocks are first stored.
   size_t eager_token_arena_bytes = size_t{1} << 30;
+  // Compare token blocks with AVX2 in the token walks (MatchTokens,
+  // PrefixKeysByTokens) where the CPU has it and a block is 64 or 128 bytes
+  // (page_size 16 or 32). false: the portable walk everywhere. Same
+  // results either way.
+  bool vector_walk = true;
 };
 
 struct AcquireRequest {

@@ -75,22 +75,57 @@ struct Node {
 };
 static_assert(sizeof(Node) <= 40, "keep the node within 40 bytes");
 
+// x86-64 builds carry a second copy of the token walks compiled for AVX2
+// and pick it at run time (RadixTreeOptions::vector_walk, Impl::wide_walk).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RADIXKV_WIDE_WALK 1
+#define RADIXKV_TARGET_AVX2 __attribute__((target("avx2")))
+#else
+#define RADIXKV_WIDE_WALK 0
+#endif
+
 // Whether two token blocks are equal. kBytes is the block size when known
 // at compile time, 0 for `bytes` at run time. The token walks compare one
-// block per cached block they pass. For 64-byte blocks (page_size 16) the
-// compiler compares inline (eight 8-byte loads and XORs), and without a
-// memcmp call in the loop the walk keeps its state in registers: MatchTokens
-// runs ~15 % faster in process. From 128 bytes on, libc's vector memcmp wins
-// (page_size 32 inline: 18 % slower), so WalkTokensFor / MatchTokensFor are
-// instantiated for 64 only.
-template <size_t kBytes>
+// block per cached block they pass, so this is their inner step.
+//   kWide == false: for 64-byte blocks (page_size 16) the compiler compares
+//     inline (eight 8-byte loads and XORs), and without a memcmp call in the
+//     loop the walk keeps its state in registers (~15 % faster in process
+//     than calling memcmp). From 128 bytes on, libc's memcmp wins (page_size
+//     32 inline: 18 % slower), so only kBytes 64 is instantiated.
+//   kWide == true: 32-byte vector lanes, XORed and ORed together, one test
+//     per block. Written with GCC/Clang vector extensions, not intrinsics,
+//     so it is correct wherever it is inlined and becomes AVX2 code inside
+//     a RADIXKV_TARGET_AVX2 function (the wide walks).
+template <size_t kBytes, bool kWide = false>
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool SameBlock(const uint32_t* a,
                                                    const uint32_t* b,
                                                    size_t bytes) {
-  static_assert(kBytes <= 64, "larger blocks compare faster with memcmp");
-  if constexpr (kBytes == 0) {
+  if constexpr (kWide) {
+#if RADIXKV_WIDE_WALK
+    static_assert(kBytes > 0 && kBytes % 32 == 0 && kBytes <= 128,
+                  "wide compare: 32, 64, 96 or 128-byte blocks");
+    using Lane = uint64_t __attribute__((vector_size(32)));
+    using Half = uint64_t __attribute__((vector_size(16)));
+    const char* x = reinterpret_cast<const char*>(a);
+    const char* y = reinterpret_cast<const char*>(b);
+    Lane diff = {0, 0, 0, 0};
+    for (size_t i = 0; i < kBytes; i += 32) {
+      Lane u;
+      Lane v;
+      std::memcpy(&u, x + i, sizeof(u));
+      std::memcpy(&v, y + i, sizeof(v));
+      diff |= u ^ v;
+    }
+    const Half h = __builtin_shufflevector(diff, diff, 0, 1) |
+                   __builtin_shufflevector(diff, diff, 2, 3);
+    return (h[0] | h[1]) == 0;
+#else
+    static_assert(!kWide, "no wide walk on this target");
+#endif
+  } else if constexpr (kBytes == 0) {
     return std::memcmp(a, b, bytes) == 0;
   } else {
+    static_assert(kBytes <= 64, "larger blocks compare faster with memcmp");
     return std::memcmp(a, b, kBytes) == 0;
   }
 }
@@ -232,7 +267,7 @@ struct RadixTree::Impl {
   // hint that failed). Returns the number of blocks walked.
   // kBytes: the block size in bytes if known at compile time, else 0 (see
   // SameBlock). Apart from `visit`, nothing in the loop calls out of line.
-  template <size_t kBytes, typename Visit>
+  template <size_t kBytes, bool kWide, typename Visit>
   ABSL_ATTRIBUTE_ALWAYS_INLINE size_t WalkHot(NamespaceId ns,
                                               const uint32_t* tokens,
                                               size_t max_blocks,
@@ -249,8 +284,8 @@ struct RadixTree::Impl {
     for (; k < max_blocks && p != kNoPage; ++k, tokens += stride) {
       const Node& n = node[p];
       if (!IsChainChild(n, ns, up) ||
-          !radix_internal::SameBlock<kBytes>(arena + size_t{p} * stride,
-                                             tokens, block_bytes)) {
+          !radix_internal::SameBlock<kBytes, kWide>(
+              arena + size_t{p} * stride, tokens, block_bytes)) {
         break;
       }
       visit(p, n);
@@ -266,17 +301,34 @@ struct RadixTree::Impl {
                     std::vector<BlockKey>* keys,
                     std::vector<PageId>* pages) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
-  template <size_t kBytes>
-  size_t WalkTokensFor(NamespaceId ns, absl::Span<const uint32_t> tokens,
-                       std::vector<BlockKey>* keys,
-                       std::vector<PageId>* pages) const
+  template <size_t kBytes, bool kWide>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE size_t WalkTokensFor(
+      NamespaceId ns, absl::Span<const uint32_t> tokens,
+      std::vector<BlockKey>* keys, std::vector<PageId>* pages) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
   // RadixTree::MatchTokens under the caller's lock. REQUIRES: ns is
   // registered.
-  template <size_t kBytes>
-  MatchResult MatchTokensFor(NamespaceId ns,
-                             absl::Span<const uint32_t> tokens) const
+  MatchResult MatchTokensLocked(NamespaceId ns,
+                                absl::Span<const uint32_t> tokens) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
+  template <size_t kBytes, bool kWide>
+  ABSL_ATTRIBUTE_ALWAYS_INLINE MatchResult MatchTokensFor(
+      NamespaceId ns, absl::Span<const uint32_t> tokens) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
+#if RADIXKV_WIDE_WALK
+  // The walks for 64- and 128-byte blocks compiled for AVX2; call only when
+  // wide_walk is set.
+  template <size_t kBytes>
+  RADIXKV_TARGET_AVX2 size_t WalkTokensWide(NamespaceId ns,
+                                            absl::Span<const uint32_t> tokens,
+                                            std::vector<BlockKey>* keys,
+                                            std::vector<PageId>* pages) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
+  template <size_t kBytes>
+  RADIXKV_TARGET_AVX2 MatchResult MatchTokensWide(
+      NamespaceId ns, absl::Span<const uint32_t> tokens) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
+#endif
   // How many of `known` (AcquireRequest::known_pages, walked at
   // `known_epoch`) still hold keys' leading blocks; appends them to *out (if
   // not null) and leaves *parent at the last.
@@ -380,6 +432,9 @@ struct RadixTree::Impl {
   const uint32_t max_page_size;
   const size_t eager_token_arena_bytes;
   const uint32_t remembered_evictions;
+  // The token walks use their AVX2 copies (RadixTreeOptions::vector_walk
+  // and the CPU has AVX2).
+  const bool wide_walk;
   EventListener* const listener;
   const absl::Time epoch;
   const PageId sentinel;  // == capacity

@@ -115,27 +115,46 @@ int Main() {
   double hash_match_tokens_per_s = 0;
   double walk_match_tokens_per_s = 0;
   double match_tokens_tokens_per_s = 0;
+  // MatchTokens and walk+match with the vector walk and the portable one
+  // (RadixTreeOptions::vector_walk), measured alternately.
+  double vector_match = 0, portable_match = 0;
+  double vector_walk = 0, portable_walk = 0;
   const uint32_t samples = absl::GetFlag(FLAGS_hold_samples);
   Holds hit_hold, release_hold, match_hold;
   {
-    RadixTree tree({.capacity_pages = prompt_tokens / page + 1,
-                    .max_page_size = page});
-    NamespaceId ns = *tree.RegisterNamespace(Spec(page));
-    const BlockKey root = tree.namespace_root(ns);
     std::vector<uint32_t> tokens(prompt_tokens);
     for (uint32_t i = 0; i < prompt_tokens; ++i) tokens[i] = 1000 + i;
+    // The prompt, cached in a tree with the vector walk where the CPU has
+    // one (the default) and in one with the portable walk.
+    auto cached_tree = [&](bool vector_walk) {
+      auto t = std::make_unique<RadixTree>(
+          RadixTreeOptions{.capacity_pages = prompt_tokens / page + 1,
+                           .max_page_size = page,
+                           .vector_walk = vector_walk});
+      const NamespaceId id = *t->RegisterNamespace(Spec(page));
+      std::vector<BlockKey> ks =
+          ComputeBlockKeys(t->namespace_root(id), page, tokens);
+      AcquireResult a = *t->Acquire(
+          {.ns = id,
+           .keys = ks,
+           .tokens = absl::MakeConstSpan(tokens.data(), ks.size() * page),
+           .allocate = true,
+           .chain_keys = true});
+      (void)*t->Commit(a.lease, a.new_blocks, true);
+      return t;
+    };
+    std::unique_ptr<RadixTree> tree_ptr = cached_tree(true);
+    std::unique_ptr<RadixTree> plain = cached_tree(false);
+    RadixTree& tree = *tree_ptr;
+    const NamespaceId ns = 0;  // the first namespace registered
+    const BlockKey root = tree.namespace_root(ns);
     std::vector<BlockKey> keys = ComputeBlockKeys(root, page, tokens);
     const size_t full = keys.size() * page;
     absl::Span<const uint32_t> full_tokens(tokens.data(), full);
-    AcquireResult a = *tree.Acquire({.ns = ns,
-                                     .keys = keys,
-                                     .tokens = full_tokens,
-                                     .allocate = true,
-                                     .chain_keys = true});
-    (void)*tree.Commit(a.lease, a.new_blocks, true);
     // Tokens per second of `lookup` (returns matched blocks); -1 if a
     // lookup did not match the whole prompt.
     const double budget = absl::GetFlag(FLAGS_seconds);
+    double seconds_per_rate = budget;
     auto rate = [&](auto lookup) -> double {
       uint64_t iters = 0;
       uint64_t matched = 0;
@@ -145,7 +164,7 @@ int Main() {
         for (int i = 0; i < 64; ++i) matched += lookup();
         iters += 64;
         t1 = Clock::now();
-      } while (Seconds(t0, t1) < budget);
+      } while (Seconds(t0, t1) < seconds_per_rate);
       if (matched != iters * keys.size()) return -1;
       return iters * prompt_tokens / Seconds(t0, t1);
     };
@@ -162,6 +181,23 @@ int Main() {
     });
     match_tokens_tokens_per_s = rate(
         [&] { return tree.MatchTokens(ns, full_tokens)->matched_blocks; });
+    // Vector vs portable walk, alternately in 4 rounds of budget / 4.
+    seconds_per_rate = budget / 4;
+    for (int round = 0; round < 4; ++round) {
+      for (int which = 0; which < 2; ++which) {
+        RadixTree& t = which == 0 ? tree : *plain;
+        const double m = rate(
+            [&] { return t.MatchTokens(ns, full_tokens)->matched_blocks; });
+        const double w = rate([&] {
+          t.ResolveTokenKeys(ns, full_tokens, /*stop_at_missing=*/true, &k,
+                             &pages);
+          return t.Match(ns, k, full_tokens, pages)->matched_blocks;
+        });
+        if (m < 0 || w < 0) match_tokens_tokens_per_s = -1;
+        (which == 0 ? vector_match : portable_match) += m / 4;
+        (which == 0 ? vector_walk : portable_walk) += w / 4;
+      }
+    }
     uint64_t held = 0;
     for (uint32_t i = 0; i < samples; ++i) {
       uint64_t epoch = 0;
@@ -274,10 +310,15 @@ int Main() {
         "\"walk_match_tokens_per_s\": %.0f, \"cached_blocks\": %d, "
         "\"evict_ns_per_block\": %.1f, \"index_bytes_per_block\": %.1f, "
         "\"fill_seconds\": %.2f, \"match_tokens_tokens_per_s\": %.0f, "
+        "\"vector_match_tokens_per_s\": %.0f, "
+        "\"portable_match_tokens_per_s\": %.0f, "
+        "\"vector_walk_match_tokens_per_s\": %.0f, "
+        "\"portable_walk_match_tokens_per_s\": %.0f, "
         "%s, %s, %s, %s, %s, %s, %s, %s, \"clear_blocks\": %d}\n",
         prompt_tokens, page, hash_match_tokens_per_s, walk_match_tokens_per_s,
         cached, evict_ns_per_block, index_bytes_per_block, fill_s,
-        match_tokens_tokens_per_s, hit_hold.Json("hold_acquire_hit"),
+        match_tokens_tokens_per_s, vector_match, portable_match, vector_walk,
+        portable_walk, hit_hold.Json("hold_acquire_hit"),
         release_hold.Json("hold_release"), match_hold.Json("hold_match_tokens"),
         miss_hold.Json("hold_trace_miss_acquire"),
         commit_hold.Json("hold_trace_commit"), fill_hold.Json("hold_fill"),
@@ -288,6 +329,8 @@ int Main() {
         "hash+match  %.1f M tokens/s (fully cached %d-token prompt, page_size %d, 1 thread)\n"
         "walk+match  %.1f M tokens/s (the same, cached blocks found by token comparison)\n"
         "MatchTokens %.1f M tokens/s (radixkvd's token Match: walk and lookup in one pass)\n"
+        "vector walk / portable walk, alternately: MatchTokens %.1f / %.1f M tokens/s = %.2fx, "
+        "walk+match %.1f / %.1f M = %.2fx\n"
         "evict       %.1f ns per block at %d cached blocks\n"
         "index mem   %.1f bytes per block (token copies excluded)\n"
         "lock hold (each call runs under the tree lock; %d samples):\n"
@@ -301,6 +344,8 @@ int Main() {
         "  whole Clear of %d cached blocks, in batches         %s\n",
         hash_match_tokens_per_s / 1e6, prompt_tokens, page,
         walk_match_tokens_per_s / 1e6, match_tokens_tokens_per_s / 1e6,
+        vector_match / 1e6, portable_match / 1e6, vector_match / portable_match,
+        vector_walk / 1e6, portable_walk / 1e6, vector_walk / portable_walk,
         evict_ns_per_block, cached, index_bytes_per_block, samples,
         prompt_tokens, hit_hold.Summary(), release_hold.Summary(),
         match_hold.Summary(), miss_hold.Summary(), commit_hold.Summary(),

@@ -990,15 +990,25 @@ TEST(RadixTreeLimitsTest, LargeTokenArenaIsCommittedOnUse) {
   EXPECT_TRUE(tree.CheckInvariants().ok());
 }
 
-// The token walks (MatchTokens, PrefixKeysByTokens) compare 64-byte blocks
-// (page_size 16) with code of their own and other sizes with memcmp: at each
-// of these page sizes, changing any one token of block b stops both walks at
-// block b, and an unchanged prompt walks to its end.
-TEST(RadixTreeTokenWalkTest, EveryTokenOfEveryBlockIsCompared) {
+// The token walks (MatchTokens, PrefixKeysByTokens) compare blocks with code
+// of their own: 64-byte blocks (page_size 16) inline, and 64- and 128-byte
+// blocks (16, 32) in 32-byte vector lanes where the CPU has AVX2
+// (RadixTreeOptions::vector_walk); other sizes with memcmp. With either
+// walk, at each of these page sizes, changing any one bit of any token of
+// block b stops both walks at block b, and an unchanged prompt walks to its
+// end.
+class RadixTreeTokenWalkTest : public testing::TestWithParam<bool> {};
+
+INSTANTIATE_TEST_SUITE_P(Walks, RadixTreeTokenWalkTest, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Vector" : "Portable";
+                         });
+
+TEST_P(RadixTreeTokenWalkTest, EveryTokenOfEveryBlockIsCompared) {
   constexpr uint32_t kBlocks = 6;
-  for (const uint32_t ps : {2u, 15u, 16u, 32u}) {
+  for (const uint32_t ps : {2u, 15u, 16u, 24u, 32u, 64u}) {
     SCOPED_TRACE(testing::Message() << "page_size " << ps);
-    RadixTree tree({.capacity_pages = 64});
+    RadixTree tree({.capacity_pages = 64, .vector_walk = GetParam()});
     const NamespaceId ns =
         tree.RegisterNamespace(NamespaceSpec{.model = "m", .page_size = ps})
             .value();
@@ -1023,7 +1033,7 @@ TEST(RadixTreeTokenWalkTest, EveryTokenOfEveryBlockIsCompared) {
     for (uint32_t b = 0; b < kBlocks; ++b) {
       for (uint32_t j = 0; j < ps; ++j) {
         Tokens t = base;
-        t[size_t{b} * ps + j] ^= 0x10000;
+        t[size_t{b} * ps + j] ^= 1u << ((j * 7 + b) % 32);
         MatchResult m = *tree.MatchTokens(ns, t);
         ASSERT_EQ(m.matched_blocks, b) << "token " << j << " of block " << b;
         walked_keys.clear();
@@ -1034,6 +1044,61 @@ TEST(RadixTreeTokenWalkTest, EveryTokenOfEveryBlockIsCompared) {
         ASSERT_EQ(pages.size(), b);
       }
     }
+    EXPECT_TRUE(tree.CheckInvariants().ok());
+  }
+}
+
+// At the page sizes with walks of their own (16 and 32), under churn in a
+// small pool (eviction, page reuse, branches, tokens that differ only in the
+// last token of a block): MatchTokens answers what Match of the hashed chain
+// keys answers, and PrefixKeysByTokens vouches only for chain keys.
+TEST_P(RadixTreeTokenWalkTest, AgreesWithTheChainKeysUnderChurn) {
+  for (const uint32_t ps : {16u, 32u}) {
+    SCOPED_TRACE(testing::Message() << "page_size " << ps);
+    RadixTree tree({.capacity_pages = 12, .vector_walk = GetParam()});
+    const NamespaceId ns =
+        tree.RegisterNamespace(NamespaceSpec{.model = "m", .page_size = ps})
+            .value();
+    const BlockKey root = tree.namespace_root(ns);
+    uint64_t state = 4242 + ps;
+    auto next = [&state](uint32_t n) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<uint32_t>((state >> 33) % n);
+    };
+    size_t walked = 0, hits = 0;
+    for (int round = 0; round < 1500; ++round) {
+      // Blocks are one of three patterns, so prompts share prefixes often;
+      // pattern 2 differs from pattern 1 in its last token only.
+      Tokens t;
+      const uint32_t blocks = 1 + next(5);
+      for (uint32_t b = 0; b < blocks; ++b) {
+        const uint32_t pattern = next(3);
+        for (uint32_t j = 0; j < ps; ++j) {
+          t.push_back(j + 1 == ps && pattern == 2 ? 99 : pattern == 0 ? j : 7);
+        }
+      }
+      const std::vector<BlockKey> keys = ComputeBlockKeys(root, ps, t);
+      absl::StatusOr<MatchResult> got = tree.MatchTokens(ns, t);
+      absl::StatusOr<MatchResult> want = tree.Match(ns, keys, t);
+      ASSERT_TRUE(got.ok() && want.ok());
+      ASSERT_EQ(got->matched_blocks, want->matched_blocks) << "round " << round;
+      std::vector<BlockKey> walked_keys;
+      tree.PrefixKeysByTokens(ns, t, &walked_keys);
+      ASSERT_LE(walked_keys.size(), got->matched_blocks) << "round " << round;
+      ASSERT_TRUE(std::equal(walked_keys.begin(), walked_keys.end(),
+                             keys.begin()))
+          << "round " << round;
+      walked += got->walked_blocks;
+      hits += got->matched_blocks;
+      AcquireResult a = *tree.Acquire({.ns = ns, .keys = keys, .tokens = t,
+                                       .allocate = true, .chain_keys = true});
+      if (a.lease != 0) {
+        ASSERT_TRUE(tree.Commit(a.lease, a.new_blocks, true).ok());
+      }
+    }
+    EXPECT_GT(walked, 500u);  // the walk found hits
+    EXPECT_GT(hits, walked);  // and hashing the branches it did not follow
+    EXPECT_GT(tree.GetStats().evicted_pages, 100u);
     EXPECT_TRUE(tree.CheckInvariants().ok());
   }
 }
