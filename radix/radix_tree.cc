@@ -326,27 +326,21 @@ size_t RadixTree::Impl::WalkTokens(NamespaceId ns,
                                    std::vector<BlockKey>* keys,
                                    std::vector<PageId>* pages) const {
   switch (namespaces[ns].spec.page_size * sizeof(uint32_t)) {
-#if RADIXKV_WIDE_WALK
     case 64:
       return wide_walk ? WalkTokensWide<64>(ns, tokens, keys, pages)
                        : WalkTokensFor<64, false>(ns, tokens, keys, pages);
     case 128:
-      if (wide_walk) return WalkTokensWide<128>(ns, tokens, keys, pages);
-      return WalkTokensFor<0, false>(ns, tokens, keys, pages);
-#else
-    case 64:
-      return WalkTokensFor<64, false>(ns, tokens, keys, pages);
-#endif
+      return wide_walk ? WalkTokensWide<128>(ns, tokens, keys, pages)
+                       : WalkTokensFor<0, false>(ns, tokens, keys, pages);
     default:
       return WalkTokensFor<0, false>(ns, tokens, keys, pages);
   }
 }
 
 template <size_t kBytes, bool kWide>
-inline size_t RadixTree::Impl::WalkTokensFor(NamespaceId ns,
-                                      absl::Span<const uint32_t> tokens,
-                                      std::vector<BlockKey>* keys,
-                                      std::vector<PageId>* pages) const {
+inline size_t RadixTree::Impl::WalkTokensFor(
+    NamespaceId ns, absl::Span<const uint32_t> tokens,
+    std::vector<BlockKey>* keys, std::vector<PageId>* pages) const {
   PageId parent = kNoPage;
   PageId next = namespaces[ns].hot_root;
   return WalkHot<kBytes, kWide>(ns, tokens.data(),
@@ -357,15 +351,17 @@ inline size_t RadixTree::Impl::WalkTokensFor(NamespaceId ns,
                                 });
 }
 
-#if RADIXKV_WIDE_WALK
 template <size_t kBytes>
 size_t RadixTree::Impl::WalkTokensWide(NamespaceId ns,
                                        absl::Span<const uint32_t> tokens,
                                        std::vector<BlockKey>* keys,
                                        std::vector<PageId>* pages) const {
+#if RADIXKV_WIDE_WALK
   return WalkTokensFor<kBytes, true>(ns, tokens, keys, pages);
-}
+#else
+  return WalkTokensFor<0, false>(ns, tokens, keys, pages);  // never called
 #endif
+}
 
 bool RadixTree::ContainsKey(const BlockKey& key) const {
   const Impl& m = *impl_;
@@ -538,29 +534,26 @@ absl::StatusOr<MatchResult> RadixTree::MatchTokens(
 MatchResult RadixTree::Impl::MatchTokensLocked(
     NamespaceId ns, absl::Span<const uint32_t> tokens) const {
   switch (namespaces[ns].spec.page_size * sizeof(uint32_t)) {
-#if RADIXKV_WIDE_WALK
     case 64:
       return wide_walk ? MatchTokensWide<64>(ns, tokens)
                        : MatchTokensFor<64, false>(ns, tokens);
     case 128:
-      if (wide_walk) return MatchTokensWide<128>(ns, tokens);
-      return MatchTokensFor<0, false>(ns, tokens);
-#else
-    case 64:
-      return MatchTokensFor<64, false>(ns, tokens);
-#endif
+      return wide_walk ? MatchTokensWide<128>(ns, tokens)
+                       : MatchTokensFor<0, false>(ns, tokens);
     default:
       return MatchTokensFor<0, false>(ns, tokens);
   }
 }
 
-#if RADIXKV_WIDE_WALK
 template <size_t kBytes>
 MatchResult RadixTree::Impl::MatchTokensWide(
     NamespaceId ns, absl::Span<const uint32_t> tokens) const {
+#if RADIXKV_WIDE_WALK
   return MatchTokensFor<kBytes, true>(ns, tokens);
-}
+#else
+  return MatchTokensFor<0, false>(ns, tokens);  // never called
 #endif
+}
 
 template <size_t kBytes, bool kWide>
 inline MatchResult RadixTree::Impl::MatchTokensFor(
@@ -575,8 +568,8 @@ inline MatchResult RadixTree::Impl::MatchTokensFor(
   size_t i = 0;
   while (true) {
     const size_t walked =
-        WalkHot<kBytes, kWide>(ns, tokens.data() + i * ps, blocks - i, &parent, &next,
-                        [](PageId, const Node&) {});
+        WalkHot<kBytes, kWide>(ns, tokens.data() + i * ps, blocks - i,
+                               &parent, &next, [](PageId, const Node&) {});
     i += walked;
     r.walked_blocks += static_cast<uint32_t>(walked);
     if (i == blocks) break;

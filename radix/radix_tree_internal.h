@@ -77,11 +77,13 @@ static_assert(sizeof(Node) <= 40, "keep the node within 40 bytes");
 
 // x86-64 builds carry a second copy of the token walks compiled for AVX2
 // and pick it at run time (RadixTreeOptions::vector_walk, Impl::wide_walk).
+// Elsewhere wide_walk is always false.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define RADIXKV_WIDE_WALK 1
 #define RADIXKV_TARGET_AVX2 __attribute__((target("avx2")))
 #else
 #define RADIXKV_WIDE_WALK 0
+#define RADIXKV_TARGET_AVX2
 #endif
 
 // Whether two token blocks are equal. kBytes is the block size when known
@@ -315,7 +317,6 @@ struct RadixTree::Impl {
   ABSL_ATTRIBUTE_ALWAYS_INLINE MatchResult MatchTokensFor(
       NamespaceId ns, absl::Span<const uint32_t> tokens) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
-#if RADIXKV_WIDE_WALK
   // The walks for 64- and 128-byte blocks compiled for AVX2; call only when
   // wide_walk is set.
   template <size_t kBytes>
@@ -328,7 +329,6 @@ struct RadixTree::Impl {
   RADIXKV_TARGET_AVX2 MatchResult MatchTokensWide(
       NamespaceId ns, absl::Span<const uint32_t> tokens) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
-#endif
   // How many of `known` (AcquireRequest::known_pages, walked at
   // `known_epoch`) still hold keys' leading blocks; appends them to *out (if
   // not null) and leaves *parent at the last.
