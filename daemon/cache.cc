@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "daemon/log.h"
 #include "radix/status_macros.h"
 #include "radixkv/namespace_spec.h"
 
@@ -352,6 +353,14 @@ absl::StatusOr<Cache::NamespaceEntry> Cache::BindNamespace(
     tree_.store(tree_owner_.get(), std::memory_order_release);
     first_model_ = spec.model;
     first_page_bytes_ = page_bytes;
+    Log(LogLevel::kInfo,
+        absl::StrCat("pool ", gpu::BackendName(options_.pool.backend), ": ",
+                     topts.capacity_pages, " pages of ", page_bytes,
+                     " bytes, layout fixed by model '", spec.model,
+                     "' (page_size ", spec.page_size, "), ",
+                     tree_owner_->vector_walk(spec.page_size) ? "AVX2"
+                                                              : "portable",
+                     " token walk"));
     NamespaceEntry e{id, spec, root};
     namespaces_[root] = e;
     roots_[id] = root;

@@ -371,6 +371,10 @@ class RadixTree {
   // Approximate bytes of index memory (nodes, hash map, free list, lease
   // table), excluding the token copies.
   size_t IndexMemoryBytes() const;
+  // Whether the token walks over blocks of `page_size` tokens use their
+  // AVX2 copy (RadixTreeOptions::vector_walk, the CPU has AVX2, and
+  // page_size is 16 or 32).
+  bool vector_walk(uint32_t page_size) const;
   PageState TEST_page_state(PageId page) const;
   uint32_t TEST_refcount(PageId page) const;
 

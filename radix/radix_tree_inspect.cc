@@ -127,6 +127,13 @@ TreeStats RadixTree::GetStats() const {
   return s;
 }
 
+bool RadixTree::vector_walk(uint32_t page_size) const {
+  // The block sizes WalkTokens and MatchTokensLocked dispatch to their wide
+  // copies.
+  const size_t bytes = size_t{page_size} * sizeof(uint32_t);
+  return impl_->wide_walk && (bytes == 64 || bytes == 128);
+}
+
 size_t RadixTree::IndexMemoryBytes() const {
   Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
