@@ -1012,6 +1012,12 @@ TEST_P(RadixTreeTokenWalkTest, EveryTokenOfEveryBlockIsCompared) {
     if (!GetParam() || (ps != 16 && ps != 32)) {
       EXPECT_FALSE(tree.vector_walk(ps));
     }
+#if defined(__x86_64__)
+    if (GetParam() && (ps == 16 || ps == 32)) {
+      // On a CPU with AVX2 the Vector variant really runs the AVX2 walk.
+      EXPECT_EQ(tree.vector_walk(ps), __builtin_cpu_supports("avx2") != 0);
+    }
+#endif
     const NamespaceId ns =
         tree.RegisterNamespace(NamespaceSpec{.model = "m", .page_size = ps})
             .value();
