@@ -325,16 +325,13 @@ size_t RadixTree::Impl::WalkTokens(NamespaceId ns,
                                    absl::Span<const uint32_t> tokens,
                                    std::vector<BlockKey>* keys,
                                    std::vector<PageId>* pages) const {
-  switch (namespaces[ns].spec.page_size * sizeof(uint32_t)) {
-    case 64:
-      return wide_walk ? WalkTokensWide<64>(ns, tokens, keys, pages)
-                       : WalkTokensFor<64, false>(ns, tokens, keys, pages);
-    case 128:
-      return wide_walk ? WalkTokensWide<128>(ns, tokens, keys, pages)
-                       : WalkTokensFor<0, false>(ns, tokens, keys, pages);
-    default:
-      return WalkTokensFor<0, false>(ns, tokens, keys, pages);
+  const size_t bytes = namespaces[ns].spec.page_size * sizeof(uint32_t);
+  if (UsesWideWalk(bytes)) {
+    return bytes == 64 ? WalkTokensWide<64>(ns, tokens, keys, pages)
+                       : WalkTokensWide<128>(ns, tokens, keys, pages);
   }
+  return bytes == 64 ? WalkTokensFor<64, false>(ns, tokens, keys, pages)
+                     : WalkTokensFor<0, false>(ns, tokens, keys, pages);
 }
 
 template <size_t kBytes, bool kWide>
@@ -533,16 +530,13 @@ absl::StatusOr<MatchResult> RadixTree::MatchTokens(
 
 MatchResult RadixTree::Impl::MatchTokensLocked(
     NamespaceId ns, absl::Span<const uint32_t> tokens) const {
-  switch (namespaces[ns].spec.page_size * sizeof(uint32_t)) {
-    case 64:
-      return wide_walk ? MatchTokensWide<64>(ns, tokens)
-                       : MatchTokensFor<64, false>(ns, tokens);
-    case 128:
-      return wide_walk ? MatchTokensWide<128>(ns, tokens)
-                       : MatchTokensFor<0, false>(ns, tokens);
-    default:
-      return MatchTokensFor<0, false>(ns, tokens);
+  const size_t bytes = namespaces[ns].spec.page_size * sizeof(uint32_t);
+  if (UsesWideWalk(bytes)) {
+    return bytes == 64 ? MatchTokensWide<64>(ns, tokens)
+                       : MatchTokensWide<128>(ns, tokens);
   }
+  return bytes == 64 ? MatchTokensFor<64, false>(ns, tokens)
+                     : MatchTokensFor<0, false>(ns, tokens);
 }
 
 template <size_t kBytes>

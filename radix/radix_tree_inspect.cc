@@ -128,10 +128,7 @@ TreeStats RadixTree::GetStats() const {
 }
 
 bool RadixTree::vector_walk(uint32_t page_size) const {
-  // The block sizes WalkTokens and MatchTokensLocked dispatch to their wide
-  // copies.
-  const size_t bytes = size_t{page_size} * sizeof(uint32_t);
-  return impl_->wide_walk && (bytes == 64 || bytes == 128);
+  return impl_->UsesWideWalk(size_t{page_size} * sizeof(uint32_t));
 }
 
 size_t RadixTree::IndexMemoryBytes() const {

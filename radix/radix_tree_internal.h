@@ -317,8 +317,13 @@ struct RadixTree::Impl {
   ABSL_ATTRIBUTE_ALWAYS_INLINE MatchResult MatchTokensFor(
       NamespaceId ns, absl::Span<const uint32_t> tokens) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // Whether the walks over blocks of `block_bytes` take their AVX2 copies:
+  // wide_walk is set and the block is 64 or 128 bytes (page_size 16, 32).
+  bool UsesWideWalk(size_t block_bytes) const {
+    return wide_walk && (block_bytes == 64 || block_bytes == 128);
+  }
   // The walks for 64- and 128-byte blocks compiled for AVX2; call only when
-  // wide_walk is set.
+  // UsesWideWalk.
   template <size_t kBytes>
   RADIXKV_TARGET_AVX2 size_t WalkTokensWide(NamespaceId ns,
                                             absl::Span<const uint32_t> tokens,
