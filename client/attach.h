@@ -1,8 +1,8 @@
 // File: client/attach.h
 //
-// The worker side of the attach protocol (DESIGN.md §5): connect to the
-// daemon's attach socket, send the session id, receive the pool's layout and
-// chunk fds, and map the pool.
+// The worker side of the attach protocol (docs/CONTRACTS.md §3): connect to
+// the daemon's attach socket, send the session id, receive the pool's layout
+// and chunk fds, and map the pool.
 //
 //   absl::StatusOr<std::unique_ptr<gpu::MappedPool>> pool =
 //       AttachPool(info.pool().attach_socket(), info.session_id(),

@@ -338,7 +338,9 @@ absl::StatusOr<Lease> Client::AcquireImpl(v1::AcquireRequest req,
     // The daemon released none of them (all or nothing). When one of them
     // is the reason (it expired meanwhile), release them one by one and try
     // the Acquire on its own.
-    const bool their_fault = absl::StartsWith(s.message(), "release_leases");
+    const bool their_fault =
+        ErrorReasonOf(s) == v1::ERROR_REASON_LEASE_NOT_FOUND &&
+        ErrorFieldOf(s) == "release_leases";
     core_->RequeueDeferred(session.generation, carried,
                            /*release_now=*/their_fault);
     if (their_fault) {
@@ -348,7 +350,7 @@ absl::StatusOr<Lease> Client::AcquireImpl(v1::AcquireRequest req,
   }
   if (!s.ok()) {
     if (IsCallerError(s)) return s;
-    if (s.code() == absl::StatusCode::kNotFound) {
+    if (ErrorReasonOf(s) == v1::ERROR_REASON_SESSION_NOT_FOUND) {
       core_->ReportSessionLost(session.generation);
     }
     lease.degraded_ = true;

@@ -1,10 +1,11 @@
 // File: client/status.h
 //
 // The client side of radixkv's one status mapping: the daemon converts its
-// absl::Status to grpc::Status at the edge (daemon/, ToGrpcStatus), and the
-// client converts back with FromGrpcStatus. Both code spaces are the
-// canonical google.rpc.Code values, so the conversion is a cast; the message
-// travels unchanged.
+// absl::Status to grpc::Status at the edge (ToGrpcStatus), and the client
+// converts back with FromGrpcStatus (both in radixkv/errors.h). Both code
+// spaces are the canonical google.rpc.Code values, so the conversion is a
+// cast; the message travels unchanged and an ErrorDetail comes back as the
+// same payload.
 //
 // Thread safety: pure functions.
 #ifndef RADIXKV_CLIENT_STATUS_H_
@@ -12,14 +13,9 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
+#include "radixkv/errors.h"
 
 namespace radixkv {
-
-// grpc::Status -> absl::Status with the same code and message. An OK status
-// converts to absl::OkStatus() (an OK absl::Status carries no message); a code
-// outside the canonical range becomes UNKNOWN with the original code in the
-// message.
-absl::Status FromGrpcStatus(const grpc::Status& status);
 
 // True for the codes that mean "the daemon did not answer in time or is not
 // there": UNAVAILABLE, DEADLINE_EXCEEDED and CANCELLED. The client library

@@ -7,7 +7,7 @@
 #include "daemon/cache.h"
 #include "daemon/event_log.h"
 #include "daemon/rpc_util.h"
-#include "daemon/status_util.h"
+#include "radixkv/errors.h"
 
 namespace radixkv::daemon {
 

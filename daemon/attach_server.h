@@ -1,7 +1,7 @@
 // File: daemon/attach_server.h
 //
-// AttachServer: the daemon side of the attach protocol (DESIGN.md §5,
-// normative). It listens on a Unix SOCK_SEQPACKET socket beside the gRPC
+// AttachServer: the daemon side of the attach protocol (docs/CONTRACTS.md
+// §3, normative). It listens on a Unix SOCK_SEQPACKET socket beside the gRPC
 // socket. A worker connects and sends one message, its session id (UTF-8,
 // at most kMaxSessionIdBytes). The server checks the peer with SO_PEERCRED,
 // resolves the session to its pool and answers with one message: a
@@ -10,11 +10,13 @@
 // or a pool without memory (none) it closes the connection without sending
 // anything, and logs one line to stderr.
 //
+//   // cache: the daemon's Cache*, which outlives the server.
 //   AttachServer::Options opts;
-//   opts.path = AttachSocketPathFor(grpc_socket);
-//   auto server = AttachServer::Start(opts, [&](absl::string_view id) {
-//     return sessions.PoolFor(id);  // nullptr: unknown session
-//   });
+//   opts.path = AttachSocketPathFor(grpc_socket_path);  // radixkv/defaults.h
+//   ASSIGN_OR_RETURN(std::unique_ptr<AttachServer> server,
+//                    AttachServer::Start(opts, [cache](absl::string_view id) {
+//                      return cache->PoolForSession(id);  // nullptr: refuse
+//                    }));
 //
 // Threads: one thread runs a poll loop over the listening socket, an eventfd
 // for shutdown and the connections that have not yet sent their id. Every

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/cache.h"
 #include "daemon/log.h"
-#include "daemon/status_util.h"
+#include "radixkv/errors.h"
 
 namespace radixkv::daemon {
 
@@ -214,7 +214,8 @@ namespace {
 // client gave up is not seen as failed here; that lease waits for the TTL.)
 class AcquireReactor final : public grpc::ServerUnaryReactor {
  public:
-  AcquireReactor(grpc::CallbackServerContext* ctx, Cache* cache, LeaseId lease)
+  AcquireReactor(grpc::CallbackServerContext* ctx, Cache* cache,
+                 const LeaseHandle& lease)
       : ctx_(ctx), cache_(cache), lease_(lease) {}
 
   void OnDone() override {
@@ -223,16 +224,17 @@ class AcquireReactor final : public grpc::ServerUnaryReactor {
   }
   // OnDone is short (it rarely takes the tree's lock for microseconds), so
   // gRPC may run it on the thread that completes the call, as it does for
-  // its own default reactor, instead of handing it to its executor: that
-  // hand-off cost 3.3k instructions per Acquire (callgrind), ~5 % of one.
-  // gRPC 1.51 documents this hook as internal; if a later gRPC drops it,
-  // this override stops compiling rather than silently changing.
+  // its own default reactor, instead of handing it to its executor, a
+  // hand-off that costs a measurable share of an Acquire
+  // (docs/BENCHMARKS.md). gRPC 1.51 documents this hook as internal; if a
+  // later gRPC drops it, this override stops compiling rather than silently
+  // changing.
   bool InternalInlineable() override { return true; }
 
  private:
   grpc::CallbackServerContext* const ctx_;
   Cache* const cache_;
-  const LeaseId lease_;
+  const LeaseHandle lease_;
 };
 
 }  // namespace
@@ -242,12 +244,13 @@ grpc::ServerUnaryReactor* KvService::Acquire(grpc::CallbackServerContext* ctx,
                                              v1::AcquireResponse* resp) {
   const absl::Time start = absl::Now();
   absl::Status status = Admission(ctx, env_);
-  if (status.ok()) status = env_.cache->Acquire(*req, resp);
+  LeaseHandle lease;
+  if (status.ok()) status = env_.cache->Acquire(*req, resp, &lease);
   if (!status.ok() || resp->lease_id() == 0) {
     return FinishUnary(ctx, env_, Method::kAcquire, start, status);
   }
   RecordUnary(env_, Method::kAcquire, start, status);
-  auto* reactor = new AcquireReactor(ctx, env_.cache, resp->lease_id());
+  auto* reactor = new AcquireReactor(ctx, env_.cache, lease);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

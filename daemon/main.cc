@@ -22,7 +22,8 @@
 #include "daemon/server.h"
 #include "radixkv/defaults.h"
 
-// The four normative flags (DESIGN.md §11).
+// The four normative flags (docs/CONTRACTS.md §5): names, meanings and
+// defaults are fixed.
 ABSL_FLAG(std::string, socket, radixkv::DefaultSocketPath(),
           "gRPC Unix socket (mode 0660); the attach socket sits beside it");
 ABSL_FLAG(std::string, listen_tcp, "",
@@ -101,13 +102,14 @@ int main(int argc, char** argv) {
       "[--metrics_listen=HOST:PORT] [--pool=SPEC] ...");
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil checks every Mutex acquisition for lock-order cycles, and
-  // gRPC's own mutexes are Abseil mutexes too, so this costs every RPC about
-  // 8k instructions (docs/BENCHMARKS.md §5). Tests keep the check on.
+  // gRPC's own mutexes are Abseil mutexes too, so the check would run on
+  // every RPC's locks (docs/BENCHMARKS.md §5). Tests keep the check on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  // glibc hands a heap's free top back to the kernel once it passes 128 KiB,
-  // and request buffers then fault those pages in again on the next burst:
-  // measured, one-RPC Acquire hits +17 % and 2k-token lookups +3-8 % with
-  // 16 MiB (docs/ARCHITECTURE.md). Set before any thread allocates.
+  // glibc hands a heap's free top back to the kernel once it passes its trim
+  // threshold, and request buffers then fault those pages in again on the
+  // next burst; a higher threshold keeps them mapped (docs/ARCHITECTURE.md,
+  // "Request buffers stay with the process"). Set before any thread
+  // allocates.
   if (const uint64_t trim = absl::GetFlag(FLAGS_malloc_trim_threshold);
       trim != 0) {
     if (trim > static_cast<uint64_t>(std::numeric_limits<int>::max())) {

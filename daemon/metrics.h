@@ -1,6 +1,7 @@
 // File: daemon/metrics.h
 //
-// Metrics: radixkvd's Prometheus export (DESIGN.md §8). Two sources:
+// Metrics: radixkvd's Prometheus export (the metrics of docs/OPERATIONS.md).
+// Two sources:
 //   * per-RPC counters and latency histograms, recorded by the service layer
 //     through Record() (radixkv_requests_total{method,code},
 //     radixkv_request_duration_seconds{method});
@@ -9,9 +10,9 @@
 //     snapshot, so no RPC pays for it.
 // Label values are bounded: method names and status code names only.
 //
-//   auto m = Metrics::Create(&cache);
-//   RETURN_IF_ERROR(m->Serve("127.0.0.1:9464"));   // /metrics over HTTP
-//   m->Record(Method::kAcquire, absl::OkStatus(), absl::Microseconds(40));
+//   auto metrics = std::make_unique<Metrics>(&cache);  // cache outlives it
+//   RETURN_IF_ERROR(metrics->Serve("127.0.0.1:9464"));  // /metrics over HTTP
+//   metrics->Record(Method::kAcquire, status, absl::Now() - start);  // per RPC
 //
 // Thread safety: thread-safe. Record() takes no lock on its fast path once a
 // (method, code) series exists.

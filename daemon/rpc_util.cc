@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "daemon/status_util.h"
+#include "radixkv/errors.h"
 
 namespace radixkv::daemon {
 

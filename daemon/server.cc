@@ -13,6 +13,7 @@
 #include "daemon/admin_service.h"
 #include "daemon/kv_service.h"
 #include "daemon/log.h"
+#include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -20,9 +21,6 @@
 #include "grpcpp/server_builder.h"
 #include "radix/status_macros.h"
 #include "radixkv/defaults.h"
-#ifdef RADIXKV_HAVE_HEALTH_PROTO
-#include "grpc/health/v1/health.pb.h"
-#endif
 
 namespace radixkv::daemon {
 namespace {
@@ -160,11 +158,9 @@ absl::Status Server::Init() {
   kv_service_ = std::make_unique<KvService>(env);
   admin_service_ = std::make_unique<AdminService>(env);
 
-#ifdef RADIXKV_HAVE_HEALTH_PROTO
   // Keeps health.pb.o (the grpc.health.v1 descriptors) in the link, so
   // reflection can describe the health service.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
-#endif
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

@@ -5,8 +5,8 @@
 // a CPU implementation (the test oracle; plain C++, multi-threaded for large
 // inputs) and a CUDA implementation (compiled when the build has CUDA).
 //
-// Page layout (gpu/page_layout.h, DESIGN.md §5): one contiguous page per
-// block, page -> layer -> {K, V} -> kv_head -> slot -> dim.
+// Page layout (gpu/page_layout.h, docs/CONTRACTS.md §2): one contiguous
+// page per block, page -> layer -> {K, V} -> kv_head -> slot -> dim.
 //
 // Source layout of write_kv (KvSource), per tensor K and V:
 //
@@ -36,7 +36,8 @@
 // Thread safety: the functions are reentrant. Concurrent calls must not
 // write the same pages (the lease protocol guarantees this: a WRITING page
 // belongs to one lease). CUDA functions are asynchronous on `stream`; the
-// caller synchronises the stream before it commits the pages (DESIGN.md §5).
+// caller synchronises the stream before it commits the pages
+// (docs/CONTRACTS.md §2, "Who may touch a page").
 #ifndef RADIXKV_GPU_KV_OPS_H_
 #define RADIXKV_GPU_KV_OPS_H_
 

@@ -3,7 +3,8 @@
 // PageGeometry: where each K/V element of a block lives inside one page.
 // Header-only and usable from host and device code.
 //
-// Page layout (DESIGN.md §5), one contiguous page, page-first:
+// Page layout (docs/CONTRACTS.md §2, normative), one contiguous page,
+// page-first:
 //
 //   page -> layer -> {K, V} -> kv_head -> slot (token in block) -> dim
 //

@@ -2,16 +2,19 @@
 //
 // RadixTree: the prefix index of radixkv. It maps chained block keys
 // (block_key.h) to page ids of a fixed-capacity pool, does the pool's page
-// accounting (FREE -> WRITING -> CACHED -> FREE) and evicts least-recently-used
-// unpinned leaves when it needs room.
+// accounting (FREE -> WRITING -> CACHED -> FREE), keeps the lease records
+// (who pins what, until when) and evicts least-recently-used unpinned leaves
+// when it needs room.
 //
-//   RadixTree tree({.capacity_pages = 1 << 20});
-//   NamespaceId ns = *tree.RegisterNamespace(spec);
-//   auto keys = ComputeBlockKeys(tree.namespace_root(ns), spec.page_size, tokens);
-//   AcquireResult a = *tree.Acquire({.ns = ns, .keys = keys, .tokens = tokens,
-//                                    .allocate = true});
+//   ASSIGN_OR_RETURN(std::unique_ptr<RadixTree> tree,
+//                    RadixTree::Create({.capacity_pages = 1 << 20}));
+//   ASSIGN_OR_RETURN(NamespaceId ns, tree->RegisterNamespace(spec));
+//   ASSIGN_OR_RETURN(AcquireResult a,
+//                    tree->Acquire({.ns = ns, .tokens = prompt,
+//                                   .allocate = true, .owner = session}));
 //   ... write K/V of the new blocks into a.pages[a.matched_blocks...] ...
-//   tree.Commit(a.lease, a.new_blocks, /*release=*/true);
+//   RETURN_IF_ERROR(tree->Commit(a.lease, a.new_blocks, /*release=*/true,
+//                                session).status());
 //
 // Model
 // -----
@@ -42,9 +45,18 @@
 // parent is live; child counts match; the recency list holds exactly the
 // unpinned cached nodes, each older than its parent.
 //
-// Thread safety: thread-safe; one internal mutex guards all state. Hashing
-// (ComputeBlockKeys) happens outside the lock, in the caller. The
-// EventListener is called with that mutex held (see below).
+// Leases
+// ------
+// A lease is the one record of a request's hold on the tree: the pages it
+// pins and owns, its owner and its expiry. Its owner ends it (Commit with
+// release, Release, ReleaseOwner) or its expiry does (ReleaseExpired, or the
+// first Commit/Release after it). An id that is not a live lease of the
+// caller's owner reads as NOT_FOUND, so a foreign or stale id reveals
+// nothing and changes nothing.
+//
+// Thread safety: thread-safe; one internal reader/writer mutex guards all
+// state. Token-mode prompts are hashed with no lock held. The EventListener
+// is called with that mutex held (see below).
 #ifndef RADIXKV_RADIX_RADIX_TREE_H_
 #define RADIXKV_RADIX_RADIX_TREE_H_
 
@@ -60,6 +72,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "radix/block_key.h"
 
@@ -100,7 +113,7 @@ class EventListener {
 };
 
 struct RadixTreeOptions {
-  // Pages in the pool; page ids are 0 .. capacity_pages-1. REQUIRES: > 0 and
+  // Pages in the pool; page ids are 0 .. capacity_pages-1. Must be > 0 and
   // < kNoPage.
   uint32_t capacity_pages = 0;
   // Upper bound on a namespace's page_size (tokens per block). Token storage
@@ -115,51 +128,55 @@ struct RadixTreeOptions {
   // no insert faults memory in under the lock; a larger arena is committed
   // by the OS 4 KiB at a time as blocks are first stored.
   size_t eager_token_arena_bytes = size_t{1} << 30;
-  // Compare token blocks with AVX2 in the token walks (MatchTokens,
-  // PrefixKeysByTokens) where the CPU has it and a block is 64 or 128 bytes
+  // Compare token blocks with AVX2 in the token walks (token-mode Match and
+  // Acquire) where the CPU has it and a block is 64 or 128 bytes
   // (page_size 16 or 32). false: the portable walk everywhere. Same
   // results either way.
   bool vector_walk = true;
 };
 
+// Who holds a lease: an opaque id the caller chooses (radixkvd: one per
+// session). kNoOwner is the owner of leases taken without one; such leases
+// are ended the same way, with kNoOwner.
+using OwnerId = uint64_t;
+inline constexpr OwnerId kNoOwner = 0;
+
 struct AcquireRequest {
   NamespaceId ns = 0;
-  // One key per full block, in order (ComputeBlockKeys).
+  // The prompt, in one of two forms:
+  //  * Token mode: `tokens` alone (keys empty). The tree computes the block
+  //    keys itself (contract v1, ComputeBlockKeys from the namespace root;
+  //    the leading blocks it already holds are found by comparing tokens
+  //    instead of hashing), verifies every hit, and a partial last block is
+  //    ignored. Blocks committed from a token-mode lease can later be
+  //    matched from tokens alone without hashing.
+  //  * Key mode: `keys`, one per full block, in order, with `tokens` either
+  //    empty (hits cannot be verified) or exactly keys.size() * page_size
+  //    tokens (hits are verified against the stored tokens).
   absl::Span<const BlockKey> keys;
-  // Either empty (key mode: hits are not verified) or exactly
-  // keys.size() * page_size tokens: the full blocks' tokens.
   absl::Span<const uint32_t> tokens;
   // Allocate pages for unmatched full blocks.
   bool allocate = false;
   // With allocate: at most this many new pages (0 = one per unmatched block).
   uint32_t max_new_blocks = 0;
-  // The caller vouches that keys == ComputeBlockKeys(namespace root,
-  // page_size, tokens) (the plain chain, no extras), as radixkvd does for
-  // token prompts. Blocks committed from such a lease can later be matched
-  // from tokens without hashing (PrefixKeysByTokens). REQUIRES tokens.
-  bool chain_keys = false;
-  // Optional: the pages PrefixKeysByTokens walked for keys[0 ..
-  // known_pages.size()). Each is re-checked in O(1) (still cached, chain
-  // keyed, same namespace, parent and key) instead of looked up and
-  // token-compared again; the first that fails the check falls back to the
-  // lookup.
-  absl::Span<const PageId> known_pages;
-  // The walk's eviction epoch (PrefixKeysByTokens' *epoch), when the caller
-  // walked known_pages for these keys in this namespace: while no cached
-  // page has left the tree since, known_pages are taken as they are (only
-  // the first and last re-checked) instead of page by page. 0: re-check each.
-  uint64_t known_epoch = 0;
-  // Full blocks of the whole prompt when `keys` cover only its first blocks
-  // (a caller that stops hashing at the first block the tree lacks; no
-  // allocation then): counted in the lookup statistics and returned as
-  // total_blocks. 0: keys.size().
-  uint32_t prompt_blocks = 0;
-  // Leases to end in the same step, as Release would: after the matched
-  // prefix is pinned and before any page is allocated, so pages both hold
-  // stay pinned throughout (no trip through the recency list) and pages they
-  // free can be allocated. Every one must be live and listed once, else
-  // NOT_FOUND / INVALID_ARGUMENT naming it, and nothing changes.
+  // The lease's owner and expiry: Commit and Release must name the same
+  // owner, and from `expires` on the lease is ended by the next
+  // ReleaseExpired or by the first Commit/Release that finds it expired.
+  OwnerId owner = kNoOwner;
+  absl::Time expires = absl::InfiniteFuture();
+  // Most leases `owner` may hold at once, this one included (0: no limit;
+  // ignored for kNoOwner). RESOURCE_EXHAUSTED beyond it, after end_leases
+  // are counted as ended.
+  uint32_t max_owner_leases = 0;
+  // Leases of `owner` to end in the same step, as Release would: after the
+  // matched prefix is pinned and before any page is allocated, so pages both
+  // hold stay pinned throughout (no trip through the recency list) and pages
+  // they free can be allocated. Every one must be live, unexpired, held by
+  // `owner` and listed once, else NOT_FOUND / INVALID_ARGUMENT naming it (as
+  // `end_leases_field`[i]), and nothing changes.
   absl::Span<const LeaseId> end_leases;
+  // How error messages name end_leases (a caller's own field name).
+  const char* end_leases_field = "end_leases";
 };
 
 struct AcquireResult {
@@ -190,8 +207,8 @@ struct MatchResult {
   uint32_t total_blocks = 0;
   uint32_t matched_blocks = 0;
   uint32_t collisions = 0;
-  // MatchTokens only: blocks found by following hot children (no hashing)
-  // and blocks whose key was hashed.
+  // Token mode: blocks found by comparing tokens along the tree (no
+  // hashing) and blocks whose key was hashed.
   uint32_t walked_blocks = 0;
   uint32_t hashed_blocks = 0;
 };
@@ -252,15 +269,25 @@ struct TreeStats {
   uint64_t deduplicated_blocks = 0;
   uint64_t evicted_pages = 0;
   uint64_t hash_collisions = 0;
+  uint64_t leases_expired = 0;     // ended by their expiry
+  // Token-mode prompts (Acquire, Match): blocks whose key was found by
+  // comparing tokens along the tree, and blocks whose key was hashed.
+  uint64_t walked_blocks = 0;
+  uint64_t hashed_blocks = 0;
 };
 
 class RadixTree {
  public:
-  explicit RadixTree(const RadixTreeOptions& options);
+  // Creates an empty tree: every page FREE. INVALID_ARGUMENT names the
+  // option when capacity_pages is 0 or not below kNoPage, or max_page_size
+  // is 0; RESOURCE_EXHAUSTED when the index's arrays cannot be allocated.
+  static absl::StatusOr<std::unique_ptr<RadixTree>> Create(
+      const RadixTreeOptions& options);
   ~RadixTree();
   RadixTree(const RadixTree&) = delete;
   RadixTree& operator=(const RadixTree&) = delete;
 
+  // --- Namespaces ---------------------------------------------------------
   // Returns the id of `spec`'s namespace, registering it on first use (an
   // equal spec always gets the same id). INVALID_ARGUMENT names the field
   // when page_size is 0 or above max_page_size; FAILED_PRECONDITION when
@@ -272,80 +299,49 @@ class RadixTree {
   uint32_t page_size(NamespaceId ns) const;
   std::vector<NamespaceInfo> ListNamespaces() const;
 
-  // Longest cached prefix of `req.keys`; changes nothing (not even recency).
-  // INVALID_ARGUMENT for an unknown ns or a tokens size that is not
-  // keys.size() * page_size. `known_pages`, `known_epoch`: as in
-  // AcquireRequest.
-  absl::StatusOr<MatchResult> Match(
-      NamespaceId ns, absl::Span<const BlockKey> keys,
-      absl::Span<const uint32_t> tokens,
-      absl::Span<const PageId> known_pages = {},
-      uint64_t known_epoch = 0) const;
-
-  // Match for a tokens prompt without its keys, in one pass under the
-  // reader lock: from the root, each step follows the child most recently
-  // matched or inserted there while its stored tokens equal the block's
-  // (as PrefixKeysByTokens); where that fails, it hashes that one block
-  // (ChainBlockKey from the parent's key) and looks the key up, as Match
-  // does. So only branch points and the block that ends the match are
-  // hashed, and nothing is allocated on a walk. The same answer as
-  // Match(ns, ComputeBlockKeys(namespace_root(ns), page_size, tokens),
-  // tokens); a partial last block is ignored. Changes nothing.
-  // INVALID_ARGUMENT for an unknown ns.
-  absl::StatusOr<MatchResult> MatchTokens(
-      NamespaceId ns, absl::Span<const uint32_t> tokens) const;
-
-  // The keys of a leading run of `tokens`' full blocks, found without
-  // hashing: from the root, each step follows the child most recently
-  // matched or inserted there and accepts it when its stored tokens equal
-  // the block's and it was committed with chain keys, so its key is the one
-  // ChainBlockKey would compute. Appends those keys to *keys and returns how
-  // many; the caller hashes the rest from keys->back() (ComputeBlockKeys
-  // with AppendBlockKeys). A shorter run than the cached prefix is fine: the
-  // hashed keys then find the rest. Changes nothing. 0 for an unknown ns.
-  // With `pages`, also appends the pages walked (AcquireRequest::
-  // known_pages); with `epoch`, sets it to the tree's eviction epoch at the
-  // walk (AcquireRequest::known_epoch; never 0).
-  size_t PrefixKeysByTokens(NamespaceId ns, absl::Span<const uint32_t> tokens,
-                            std::vector<BlockKey>* keys,
-                            std::vector<PageId>* pages = nullptr,
-                            uint64_t* epoch = nullptr) const;
-
-  // Whether a cached block has this key (in any namespace, at any depth).
-  bool ContainsKey(const BlockKey& key) const;
-
-  // The keys ComputeBlockKeys(namespace_root(ns), page_size, tokens) gives,
-  // into *keys (cleared), found the cheap way: the leading blocks
-  // PrefixKeysByTokens vouches for (their pages into *pages, cleared, for
-  // known_pages), the rest hashed with no lock held. With stop_at_missing,
-  // hashing ends after the first block no cached node has: enough for a
-  // lookup (the match ends there), not for allocating pages. Returns how
-  // many keys came from the walk; `epoch` as in PrefixKeysByTokens.
-  // REQUIRES: ns was returned by RegisterNamespace.
-  size_t ResolveTokenKeys(NamespaceId ns, absl::Span<const uint32_t> tokens,
-                          bool stop_at_missing, std::vector<BlockKey>* keys,
-                          std::vector<PageId>* pages,
-                          uint64_t* epoch = nullptr) const;
+  // --- Lookup and leases --------------------------------------------------
+  // Longest cached prefix of the prompt (token mode: `keys` empty; key mode:
+  // `keys` with optional verifying `tokens`; see AcquireRequest). Changes
+  // nothing, not even recency. INVALID_ARGUMENT for an unknown ns or, in key
+  // mode, a tokens size that is not keys.size() * page_size.
+  absl::StatusOr<MatchResult> Match(NamespaceId ns,
+                                    absl::Span<const BlockKey> keys,
+                                    absl::Span<const uint32_t> tokens) const;
 
   // Pins the longest cached prefix and, with allocate, takes pages for the
   // following unmatched blocks (evicting LRU leaves as needed; fewer pages
-  // than asked when everything else is pinned). The caller owns the returned
-  // lease and must end it with Commit(release=true) or Release.
-  // Errors (nothing changed): INVALID_ARGUMENT as for Match.
+  // than asked when everything else is pinned). The returned lease (if any)
+  // belongs to req.owner, who must end it with Commit(release=true) or
+  // Release, or let it expire. Errors (nothing changed): INVALID_ARGUMENT as
+  // for Match and for a bad end_leases list; NOT_FOUND for an end_leases
+  // entry that is not a live lease of req.owner; RESOURCE_EXHAUSTED at
+  // max_owner_leases.
   absl::StatusOr<AcquireResult> Acquire(const AcquireRequest& req);
 
   // Commits the next `blocks` uncommitted new pages of `lease` in block
   // order; with release, then ends the lease. Errors (nothing changed):
-  // NOT_FOUND for an unknown lease; FAILED_PRECONDITION when `blocks` exceeds
-  // the lease's uncommitted pages (the message gives both numbers).
+  // NOT_FOUND when `lease` is not a live lease of `owner` (unknown, ended,
+  // another owner's, or expired: an expired lease is ended now);
+  // FAILED_PRECONDITION when `blocks` exceeds the lease's uncommitted pages
+  // (the message gives both numbers). Messages do not name a field: the
+  // caller prefixes its own.
   absl::StatusOr<CommitResult> Commit(LeaseId lease, uint32_t blocks,
-                                      bool release);
+                                      bool release, OwnerId owner = kNoOwner);
 
   // Ends `lease`: unpins its path, frees its uncommitted and duplicate pages.
-  // NOT_FOUND for an unknown lease.
-  absl::Status Release(LeaseId lease);
+  // NOT_FOUND as for Commit.
+  absl::Status Release(LeaseId lease, OwnerId owner = kNoOwner);
 
-  // Per-block explanation of the prompt's cache state.
+  // Ends every lease of `owner` (kNoOwner: none); returns how many.
+  uint64_t ReleaseOwner(OwnerId owner);
+  // Ends every lease whose expiry is at or before `now`; returns how many.
+  uint64_t ReleaseExpired(absl::Time now);
+  // Live leases held by `owner`.
+  uint32_t owner_leases(OwnerId owner) const;
+
+  // --- Administration and inspection --------------------------------------
+  // Per-block explanation of the prompt's cache state. Key mode only
+  // (`keys`, with optional verifying `tokens`); errors as for Match.
   absl::StatusOr<std::vector<BlockExplanation>> Explain(
       NamespaceId ns, absl::Span<const BlockKey> keys,
       absl::Span<const uint32_t> tokens) const;
@@ -362,6 +358,8 @@ class RadixTree {
 
   // Up to `limit` cached nodes, shallowest first (then most recent first).
   std::vector<NodeInfo> DumpTree(uint32_t max_depth, uint32_t limit) const;
+  // Whether a cached block has this key (in any namespace, at any depth).
+  bool ContainsKey(const BlockKey& key) const;
 
   TreeStats GetStats() const;
   // Full consistency check, O(capacity). OK or INTERNAL describing the first
@@ -375,12 +373,42 @@ class RadixTree {
   // AVX2 copy (RadixTreeOptions::vector_walk, the CPU has AVX2, and
   // page_size is 16 or 32).
   bool vector_walk(uint32_t page_size) const;
+
+  // Test hooks.
   PageState TEST_page_state(PageId page) const;
   uint32_t TEST_refcount(PageId page) const;
+  // The token walk on its own: appends to *keys the keys of the leading run
+  // of `tokens`' full blocks it can vouch for without hashing (and their
+  // pages to *pages, if not null); returns how many. 0 for an unknown ns.
+  size_t TEST_WalkTokens(NamespaceId ns, absl::Span<const uint32_t> tokens,
+                         std::vector<BlockKey>* keys,
+                         std::vector<PageId>* pages = nullptr) const;
+  // The keys Acquire uses for a token-mode prompt, into *keys (cleared):
+  // all of them, or with stop_at_missing (a lookup that allocates nothing)
+  // up to and including the first block no cached node has. Returns how
+  // many came from the walk. REQUIRES: ns is registered.
+  size_t TEST_TokenKeys(NamespaceId ns, absl::Span<const uint32_t> tokens,
+                        bool stop_at_missing,
+                        std::vector<BlockKey>* keys) const;
+  // The eviction epoch: changes whenever a cached block leaves the tree.
+  uint64_t TEST_eviction_epoch() const;
+  // Acquire and Match of a token-mode prompt whose keys are `req.keys`
+  // (the chain keys of `req.tokens`) with the walk's result supplied by the
+  // caller: `known` pages for the keys' head, walked at `known_epoch`
+  // (0: re-check each page). They must give the answer of a plain lookup
+  // whatever `known` holds.
+  absl::StatusOr<AcquireResult> TEST_AcquireWalked(
+      const AcquireRequest& req, absl::Span<const PageId> known,
+      uint64_t known_epoch);
+  uint32_t TEST_MatchWalked(NamespaceId ns, absl::Span<const BlockKey> keys,
+                            absl::Span<const uint32_t> tokens,
+                            absl::Span<const PageId> known,
+                            uint64_t known_epoch) const;
 
  private:
-  // All state lives in Impl (radix_tree.cc), guarded by Impl::mu.
+  // All state lives in Impl (radix_tree_internal.h), guarded by Impl::mu.
   struct Impl;
+  explicit RadixTree(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

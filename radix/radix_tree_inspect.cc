@@ -124,6 +124,8 @@ TreeStats RadixTree::GetStats() const {
   s.leases = m.leases.size();
   s.namespaces = m.namespaces.size();
   s.matches = m.matches.load(std::memory_order_relaxed);
+  s.walked_blocks = m.walked_blocks.load(std::memory_order_relaxed);
+  s.hashed_blocks = m.hashed_blocks.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -144,6 +146,7 @@ size_t RadixTree::IndexMemoryBytes() const {
              lease.writing.capacity() * sizeof(PageId) +
              lease.keys.capacity() * sizeof(BlockKey);
   }
+  bytes += m.owner_leases.capacity() * (sizeof(OwnerId) + sizeof(uint32_t) + 1);
   bytes += m.evicted_ring.capacity() * sizeof(BlockKey);
   bytes += m.namespaces.capacity() * sizeof(m.namespaces[0]);
   return bytes;
@@ -283,11 +286,14 @@ absl::Status RadixTree::Impl::CheckLocked() const {
                   n.parent);
     }
   }
-  // Leases: pins add up to refcounts; WRITING pages belong to one lease.
+  // Leases: pins add up to refcounts; WRITING pages belong to one lease;
+  // owner_leases counts each owner's leases.
   std::vector<uint32_t> pins(capacity, 0);
   std::vector<uint8_t> owned(capacity, 0);
   uint64_t lease_writing = 0;
+  absl::flat_hash_map<OwnerId, uint32_t> per_owner;
   for (const auto& [id, lease] : leases) {
+    if (lease.owner != kNoOwner) ++per_owner[lease.owner];
     PageId parent = kNoPage;
     for (PageId p : lease.path) {
       if (p >= capacity || nodes[p].state != PageState::kCached) {
@@ -306,6 +312,11 @@ absl::Status RadixTree::Impl::CheckLocked() const {
         ++lease_writing;
       }
     }
+  }
+  if (per_owner != owner_leases) {
+    return fail("owner_leases counts ", owner_leases.size(),
+                " owners, the lease table ", per_owner.size(),
+                " (or their counts differ)");
   }
   if (lease_writing != n_writing) {
     return fail(n_writing, " pages are writing, leases own ", lease_writing);

@@ -11,7 +11,9 @@
 //   page ids whose hasher and equality read nodes[p].key, so a lookup by
 //   BlockKey is heterogeneous and the index costs ~5-10 bytes per block.
 //   Token copies live in one arena of capacity * page_size uint32s, allocated
-//   uninitialised on the first RegisterNamespace so the OS commits it lazily.
+//   on the first RegisterNamespace: faulted in at once up to
+//   RadixTreeOptions::eager_token_arena_bytes, else committed by the OS as
+//   blocks are first stored (AllocArena).
 //
 // Lists threaded through links[p] (a dense 8-byte-per-page array apart from
 // the nodes, so walking the recency list touches 8 MB at 1 M pages, not the
@@ -27,6 +29,19 @@
 //   became nodes turn CACHED; duplicate and collided pages stay WRITING until
 //   the lease ends and are then freed. Because every lease pins a whole root
 //   path, refs(parent) >= refs(child) always holds.
+//   The lease record is the only record of a lease: its owner and expiry
+//   live on it, and owner_leases counts the live leases of each owner other
+//   than kNoOwner (EraseLease keeps both in step).
+//
+// Token-mode prompts
+//   Acquire and Match given tokens alone find their keys in two steps: a
+//   walk under the shared lock follows each node's hot child (the child most
+//   recently matched or inserted there) while its stored tokens equal the
+//   next block and its key is a chain key, which yields keys without
+//   hashing; the remaining blocks are hashed with no lock held. The walk's
+//   pages and the eviction epoch at the walk are handed to the locked step,
+//   which takes the pages as they are while no cached block has left the
+//   tree since (eviction_epoch unchanged).
 //
 // Thread safety: every field of Impl except the constants is guarded by
 // Impl::mu; helpers state their lock requirement.
@@ -34,6 +49,7 @@
 #define RADIXKV_RADIX_RADIX_TREE_INTERNAL_H_
 
 #include <atomic>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -63,14 +79,14 @@ struct Node {
   uint32_t children = 0;     // cached nodes whose parent is this one
   uint32_t last_used = 0;    // seconds since the tree's epoch
   // The child most recently matched or inserted below this node: a hint
-  // for PrefixKeysByTokens, checked on every use (it may name a page that
+  // for the token walk, checked on every use (it may name a page that
   // has since been evicted or reused). kNoPage: none yet.
   PageId hot_child = kNoPage;
   uint16_t ns = 0;           // RadixTree::kMaxNamespaces bounds it
   PageState state = PageState::kFree;
   bool has_tokens : 1 = false;   // stored tokens valid (false: key mode)
   // key == ChainBlockKey(parent's key or the root, stored tokens): safe to
-  // derive from a token comparison (AcquireRequest::chain_keys).
+  // derive from a token comparison (committed from a token-mode lease).
   bool chain_keyed : 1 = false;
 };
 static_assert(sizeof(Node) <= 40, "keep the node within 40 bytes");
@@ -91,9 +107,9 @@ static_assert(sizeof(Node) <= 40, "keep the node within 40 bytes");
 // block per cached block they pass, so this is their inner step.
 //   kWide == false: for 64-byte blocks (page_size 16) the compiler compares
 //     inline (eight 8-byte loads and XORs), and without a memcmp call in the
-//     loop the walk keeps its state in registers (~15 % faster in process
-//     than calling memcmp). From 128 bytes on, libc's memcmp wins (page_size
-//     32 inline: 18 % slower), so only kBytes 64 is instantiated.
+//     loop the walk keeps its state in registers. From 128 bytes on, libc's
+//     memcmp is faster than the inline compare, so only kBytes 64 is
+//     instantiated (docs/BENCHMARKS.md has the figures).
 //   kWide == true: 32-byte vector lanes, XORed and ORed together, one test
 //     per block. Written with GCC/Clang vector extensions, not intrinsics,
 //     so it is correct wherever it is inlined and becomes AVX2 code inside
@@ -163,6 +179,8 @@ struct LargeAllocator {
   LargeAllocator() = default;
   template <typename U>
   LargeAllocator(const LargeAllocator<U>&) {}  // NOLINT: rebinding
+  // Throws std::bad_alloc, as containers expect; the key index allocates
+  // only in Impl::Init, which turns that into a Status.
   T* allocate(size_t n) {
     void* p = AllocLarge(n * sizeof(T));
     if (p == nullptr) throw std::bad_alloc();
@@ -207,10 +225,12 @@ using KeyIndex =
     absl::flat_hash_set<PageId, PageHash, PageEq, LargeAllocator<PageId>>;
 
 struct Lease {
+  OwnerId owner = kNoOwner;
+  absl::Time expires = absl::InfiniteFuture();
   NamespaceId ns = 0;
   uint32_t matched = 0;         // matched blocks at Acquire
   bool has_tokens = false;
-  bool chain_keyed = false;     // AcquireRequest::chain_keys
+  bool chain_keyed = false;     // keys computed by the tree from the tokens
   bool broken = false;          // a commit collided; later blocks are orphans
   uint32_t committed = 0;       // writing[0 .. committed) were committed
   std::vector<PageId> path;     // pinned nodes, root first
@@ -225,6 +245,18 @@ struct Namespace {
   PageId hot_root = kNoPage;  // Node::hot_child for the first block
 };
 
+// A token-mode prompt's keys, found before the tree's exclusive lock is
+// taken (Impl::ResolveTokens). The spans view this thread's scratch vectors
+// and stay valid until the thread's next ResolveTokens.
+struct ResolvedPrompt {
+  absl::Span<const BlockKey> keys;
+  absl::Span<const uint32_t> tokens;  // keys.size() * page_size tokens
+  absl::Span<const PageId> known_pages;  // the walk's pages for keys' head
+  uint64_t known_epoch = 0;          // eviction_epoch at the walk
+  uint32_t total_blocks = 0;         // full blocks of the whole prompt
+  uint32_t walked_blocks = 0;        // keys found by the walk
+};
+
 }  // namespace radix_internal
 
 struct RadixTree::Impl {
@@ -234,6 +266,10 @@ struct RadixTree::Impl {
   using KeyIndex = radix_internal::KeyIndex;
 
   explicit Impl(const RadixTreeOptions& o);
+  // Allocates the node, link and key-index storage and puts every page on
+  // the free list. RESOURCE_EXHAUSTED when memory runs out. Called once, by
+  // RadixTree::Create, before the tree is shared.
+  absl::Status Init();
 
   // --- helpers; all REQUIRE mu held -------------------------------------
   uint32_t NowSeconds() const {
@@ -298,7 +334,17 @@ struct RadixTree::Impl {
     *next = p;
     return k;
   }
-  // PrefixKeysByTokens under the caller's lock. REQUIRES: ns is registered.
+  // Finds the keys of a token-mode prompt (see the file comment): the walk
+  // under the shared lock, then hashing with no lock held; with
+  // stop_at_missing, hashing ends after the first block no cached node has
+  // (enough for a lookup, not for allocating). INVALID_ARGUMENT for an
+  // unknown ns. REQUIRES: mu not held.
+  absl::StatusOr<radix_internal::ResolvedPrompt> ResolveTokens(
+      NamespaceId ns, absl::Span<const uint32_t> tokens,
+      bool stop_at_missing) const ABSL_LOCKS_EXCLUDED(mu);
+  // The token walk from the namespace root under the caller's lock: appends
+  // the keys (and pages, if not null) of the leading blocks it vouches for;
+  // returns how many. REQUIRES: ns is registered.
   size_t WalkTokens(NamespaceId ns, absl::Span<const uint32_t> tokens,
                     std::vector<BlockKey>* keys,
                     std::vector<PageId>* pages) const
@@ -308,8 +354,9 @@ struct RadixTree::Impl {
       NamespaceId ns, absl::Span<const uint32_t> tokens,
       std::vector<BlockKey>* keys, std::vector<PageId>* pages) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
-  // RadixTree::MatchTokens under the caller's lock. REQUIRES: ns is
-  // registered.
+  // Token-mode Match under the caller's lock: the walk, hashing only the
+  // blocks where it stops (branch points and the end of the match).
+  // REQUIRES: ns is registered.
   MatchResult MatchTokensLocked(NamespaceId ns,
                                 absl::Span<const uint32_t> tokens) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
@@ -334,7 +381,7 @@ struct RadixTree::Impl {
   RADIXKV_TARGET_AVX2 MatchResult MatchTokensWide(
       NamespaceId ns, absl::Span<const uint32_t> tokens) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
-  // How many of `known` (AcquireRequest::known_pages, walked at
+  // How many of `known` (ResolvedPrompt::known_pages, walked at
   // `known_epoch`) still hold keys' leading blocks; appends them to *out (if
   // not null) and leaves *parent at the last.
   size_t KnownPrefix(NamespaceId ns, absl::Span<const BlockKey> keys,
@@ -342,7 +389,7 @@ struct RadixTree::Impl {
                      PageId* parent, std::vector<PageId>* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
   // Walks keys from the root; returns matched pages (verified), counting a
-  // rejected hit in *collisions. `known`, `known_epoch`: AcquireRequest's.
+  // rejected hit in *collisions. `known`, `known_epoch`: ResolvedPrompt's.
   void MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
                  absl::Span<const uint32_t> tokens,
                  absl::Span<const PageId> known, uint64_t known_epoch,
@@ -361,6 +408,8 @@ struct RadixTree::Impl {
 
   void LruRemove(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     radix_internal::Link& l = links[p];
+    assert(l.prev != kNoPage && l.next != kNoPage &&
+           "LruRemove: page is not on the recency list");
     links[l.prev].next = l.next;
     links[l.next].prev = l.prev;
     l.prev = l.next = kNoPage;
@@ -368,17 +417,21 @@ struct RadixTree::Impl {
   void LruAppend(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     radix_internal::Link& s = links[sentinel];
     radix_internal::Link& l = links[p];
+    assert(l.prev == kNoPage && l.next == kNoPage &&
+           "LruAppend: page is already on a list");
     l.prev = s.prev;
     l.next = sentinel;
     links[s.prev].next = p;
     s.prev = p;
   }
-  // Pin and Unpin run once per block of every Acquire and lease end; GCC
-  // does not inline them on its own (a call per block, ~18 instructions).
+  // Pin and Unpin run once per block of every Acquire and lease end, and
+  // GCC does not inline them on its own.
   ABSL_ATTRIBUTE_ALWAYS_INLINE void Pin(PageId p, uint32_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     Node& n = nodes[p];
+    assert(n.state == PageState::kCached && "Pin: page is not cached");
     if (n.refs++ == 0) {
+      assert(links[p].prev != kNoPage && "Pin: unpinned node off the list");
       LruRemove(p);
       ++pinned_count;
     }
@@ -387,8 +440,11 @@ struct RadixTree::Impl {
   ABSL_ATTRIBUTE_ALWAYS_INLINE void Unpin(PageId p, uint32_t now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     Node& n = nodes[p];
+    assert(n.state == PageState::kCached && n.refs > 0 &&
+           "Unpin: page is not pinned");
     n.last_used = now;
     if (--n.refs == 0) {
+      assert(pinned_count > 0);
       --pinned_count;
       LruAppend(p);
     }
@@ -404,14 +460,31 @@ struct RadixTree::Impl {
     return n.parent == kNoPage ? namespaces[n.ns].root : nodes[n.parent].key;
   }
   void EndLease(Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  using LeaseMap = absl::flat_hash_map<LeaseId, Lease>;
+  // Ends the lease at `it` and forgets it (the owner's count included).
+  void EraseLease(LeaseMap::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The live lease `id` of `owner`. NOT_FOUND when there is none; an expired
+  // one is ended first (and counted) and reads as NOT_FOUND too.
+  absl::StatusOr<LeaseMap::iterator> FindLease(LeaseId id, OwnerId owner,
+                                               absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Checks AcquireRequest::end_leases and max_owner_leases; changes nothing.
+  absl::Status CheckEndLeases(const AcquireRequest& req, absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // Acquire's locked step, given the prompt's keys.
+  AcquireResult AcquireLocked(const AcquireRequest& req,
+                              const radix_internal::ResolvedPrompt& prompt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Stores a committed block in the WRITING page `w` as a new cached node.
+  void InsertNode(Lease& lease, PageId w, const BlockKey& key, PageId parent,
+                  uint32_t depth, uint32_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The cached node with `key`, trying the hot child of `parent` (kNoPage:
   // ns's root) before the key index: along a chain the hint is right and
   // costs one load instead of a hash-set probe. Keys are unique among
   // cached nodes, so a hinted node with this key is the index's answer.
   // kNoPage when no cached node has the key.
   // Always inlined: it runs once per block of every key lookup, and GCC
-  // stops inlining it on its own once it has several callers (+27
-  // instructions per block measured).
+  // stops inlining it on its own once it has several callers.
   ABSL_ATTRIBUTE_ALWAYS_INLINE PageId FindByKey(NamespaceId ns, PageId parent,
                                                 const BlockKey& key) const
       ABSL_SHARED_LOCKS_REQUIRED(mu) {
@@ -469,7 +542,9 @@ struct RadixTree::Impl {
   uint64_t eviction_epoch ABSL_GUARDED_BY(mu) = 1;
   std::vector<Namespace> namespaces ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<BlockKey, NamespaceId> ns_by_root ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<LeaseId, Lease> leases ABSL_GUARDED_BY(mu);
+  LeaseMap leases ABSL_GUARDED_BY(mu);
+  // Live leases per owner (kNoOwner is not counted).
+  absl::flat_hash_map<OwnerId, uint32_t> owner_leases ABSL_GUARDED_BY(mu);
   LeaseId next_lease ABSL_GUARDED_BY(mu) = 1;
   // The last `remembered_evictions` evicted keys, a ring overwritten at
   // evicted_next. Eviction only stores a key; Explain (rare) hashes the ring.
@@ -477,8 +552,10 @@ struct RadixTree::Impl {
   size_t evicted_next ABSL_GUARDED_BY(mu) = 0;
   std::vector<TreeEvent> pending_events ABSL_GUARDED_BY(mu);
   TreeStats stats ABSL_GUARDED_BY(mu);  // counters only; gauges computed
-  // Match runs under a shared lock, so its counter is atomic.
+  // Match runs under a shared lock, so its counters are atomic.
   mutable std::atomic<uint64_t> matches{0};
+  mutable std::atomic<uint64_t> walked_blocks{0};  // TreeStats::walked_blocks
+  mutable std::atomic<uint64_t> hashed_blocks{0};  // TreeStats::hashed_blocks
 };
 
 }  // namespace radixkv

@@ -9,7 +9,7 @@ packages=(
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libxxhash-dev prometheus-cpp-dev grpc-proto
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   # tests and tools: promtool, python (vectors, simulation), redis + h2load (benchmarks)
   prometheus python3 python3-grpcio python3-protobuf python3-xxhash
   redis-server redis-tools nghttp2-client curl procps valgrind

@@ -1,17 +1,21 @@
 // File: bench/compare/inproc_figures.cc
 //
-// inproc_figures: the in-process figures that DESIGN.md §12 compares with
-// the anchors' published numbers (printed alongside by side_by_side.sh,
-// labelled as published, never as measured here):
+// inproc_figures: the in-process figures of the performance targets in
+// docs/BENCHMARKS.md, compared there with other projects' published numbers
+// (printed alongside by side_by_side.sh, labelled as published, never as
+// measured here):
 //
 //   hash_match   ComputeBlockKeys + RadixTree::Match of a fully cached
 //                prompt (default 2048 tokens, page_size 16), tokens/s on one
 //                thread
-//   walk_match   the same lookup the way radixkvd resolves a token prompt:
-//                ResolveTokenKeys (token comparison along hot children, no
-//                hashing for cached blocks) + Match with the walked pages
-//   match_tokens RadixTree::MatchTokens, radixkvd's token Match: walk and
-//                lookup in one pass, hashing only where the walk stops
+//   walk_match   the same lookup the way a token-mode Acquire resolves its
+//                prompt: the token walk (token comparison along hot
+//                children, no hashing for cached blocks), then the match
+//                given the walked pages (RadixTree's TEST_ hooks for the two
+//                steps)
+//   match_tokens RadixTree::Match in token mode (keys empty), radixkvd's
+//                token Match: walk and lookup in one pass, hashing only
+//                where the walk stops
 //   evict        RadixTree::Evict at --cached_blocks cached blocks (default
 //                1 M), ns per evicted block
 //   memory       RadixTree::IndexMemoryBytes per cached block (token copies
@@ -19,8 +23,9 @@
 //   hold         how long one operation holds the tree's lock: each timed
 //                call runs entirely under it (keys computed beforehand), so
 //                its duration bounds the hold; p50/p99/max over
-//                --hold_samples calls: a 2k-token Acquire hit with walked
-//                pages and its Release (exclusive), MatchTokens (shared), a
+//                --hold_samples calls: a 2k-token Acquire hit given the
+//                walked pages (the locked step of a token-mode Acquire) and
+//                its Release (exclusive), a token-mode Match (shared), a
 //                trace-shaped miss (24 new blocks of 512 tokens in a full
 //                3,000-page tree: Acquire evicting 24 leaves, then Commit),
 //                every Acquire and Commit while the eviction figure's tree
@@ -45,6 +50,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_layout.h"
+#include "nlohmann/json.hpp"
 #include "radix/block_key.h"
 #include "radix/radix_tree.h"
 
@@ -85,11 +91,11 @@ class Holds {
     return absl::StrFormat("p50 %.2f us  p99 %.2f us  max %.1f us",
                            Quantile(0.5), Quantile(0.99), Quantile(1.0));
   }
-  std::string Json(const char* name) {
-    return absl::StrFormat("\"%s_p50_us\": %.3f, \"%s_p99_us\": %.3f, "
-                           "\"%s_max_us\": %.1f",
-                           name, Quantile(0.5), name, Quantile(0.99), name,
-                           Quantile(1.0));
+  // Adds <name>_p50_us, <name>_p99_us and <name>_max_us to *out.
+  void Json(const std::string& name, nlohmann::json* out) {
+    (*out)[name + "_p50_us"] = Quantile(0.5);
+    (*out)[name + "_p99_us"] = Quantile(0.99);
+    (*out)[name + "_max_us"] = Quantile(1.0);
   }
 
  private:
@@ -115,7 +121,7 @@ int Main() {
   double hash_match_tokens_per_s = 0;
   double walk_match_tokens_per_s = 0;
   double match_tokens_tokens_per_s = 0;
-  // MatchTokens and walk+match with the vector walk and the portable one
+  // Token Match and walk+match with the vector walk and the portable one
   // (RadixTreeOptions::vector_walk), measured alternately.
   double vector_match = 0, portable_match = 0;
   double vector_walk = 0, portable_walk = 0;
@@ -128,19 +134,14 @@ int Main() {
     // one (the default) and in one with the portable walk.
     NamespaceId ns = 0;
     auto cached_tree = [&](bool vector_walk) {
-      auto t = std::make_unique<RadixTree>(
-          RadixTreeOptions{.capacity_pages = prompt_tokens / page + 1,
-                           .max_page_size = page,
-                           .vector_walk = vector_walk});
+      std::unique_ptr<RadixTree> t =
+          RadixTree::Create({.capacity_pages = prompt_tokens / page + 1,
+                             .max_page_size = page,
+                             .vector_walk = vector_walk})
+              .value();
       ns = *t->RegisterNamespace(Spec(page));
-      std::vector<BlockKey> ks =
-          ComputeBlockKeys(t->namespace_root(ns), page, tokens);
-      AcquireResult a = *t->Acquire(
-          {.ns = ns,
-           .keys = ks,
-           .tokens = absl::MakeConstSpan(tokens.data(), ks.size() * page),
-           .allocate = true,
-           .chain_keys = true});
+      AcquireResult a =
+          *t->Acquire({.ns = ns, .tokens = tokens, .allocate = true});
       (void)*t->Commit(a.lease, a.new_blocks, true);
       return t;
     };
@@ -175,13 +176,17 @@ int Main() {
     });
     std::vector<BlockKey> k;
     std::vector<PageId> pages;
-    walk_match_tokens_per_s = rate([&] {
-      tree.ResolveTokenKeys(ns, full_tokens, /*stop_at_missing=*/true, &k,
-                            &pages);
-      return tree.Match(ns, k, full_tokens, pages)->matched_blocks;
-    });
+    // The walk, then the match given its pages (what a token-mode Acquire
+    // does before and under its exclusive lock).
+    auto walk_match = [&](RadixTree& t) {
+      k.clear();
+      pages.clear();
+      t.TEST_WalkTokens(ns, full_tokens, &k, &pages);
+      return t.TEST_MatchWalked(ns, k, full_tokens, pages, 0);
+    };
+    walk_match_tokens_per_s = rate([&] { return walk_match(tree); });
     match_tokens_tokens_per_s = rate(
-        [&] { return tree.MatchTokens(ns, full_tokens)->matched_blocks; });
+        [&] { return tree.Match(ns, {}, full_tokens)->matched_blocks; });
     // Vector vs portable walk, alternately in 4 rounds of budget / 4.
     seconds_per_rate = budget / 4;
     bool alternating_matched_all = true;
@@ -189,12 +194,8 @@ int Main() {
       for (int which = 0; which < 2; ++which) {
         RadixTree& t = which == 0 ? tree : *plain;
         const double m = rate(
-            [&] { return t.MatchTokens(ns, full_tokens)->matched_blocks; });
-        const double w = rate([&] {
-          t.ResolveTokenKeys(ns, full_tokens, /*stop_at_missing=*/true, &k,
-                             &pages);
-          return t.Match(ns, k, full_tokens, pages)->matched_blocks;
-        });
+            [&] { return t.Match(ns, {}, full_tokens)->matched_blocks; });
+        const double w = rate([&] { return walk_match(t); });
         if (m < 0 || w < 0) alternating_matched_all = false;
         (which == 0 ? vector_match : portable_match) += m / 4;
         (which == 0 ? vector_walk : portable_walk) += w / 4;
@@ -202,18 +203,18 @@ int Main() {
     }
     uint64_t held = 0;
     for (uint32_t i = 0; i < samples; ++i) {
-      uint64_t epoch = 0;
-      tree.ResolveTokenKeys(ns, full_tokens, /*stop_at_missing=*/true, &k,
-                            &pages, &epoch);
+      k.clear();
+      pages.clear();
+      const uint64_t epoch = tree.TEST_eviction_epoch();
+      tree.TEST_WalkTokens(ns, full_tokens, &k, &pages);
       const AcquireResult hit = hit_hold.Time([&] {
-        return *tree.Acquire({.ns = ns, .keys = k, .tokens = full_tokens,
-                              .allocate = false, .chain_keys = true,
-                              .known_pages = pages, .known_epoch = epoch});
+        return *tree.TEST_AcquireWalked(
+            {.ns = ns, .keys = k, .tokens = full_tokens}, pages, epoch);
       });
       held += hit.matched_blocks;
       release_hold.Time([&] { return tree.Release(hit.lease).ok(); });
       held += match_hold.Time(
-          [&] { return tree.MatchTokens(ns, full_tokens)->matched_blocks; });
+          [&] { return tree.Match(ns, {}, full_tokens)->matched_blocks; });
     }
     if (held != uint64_t{2} * samples * keys.size()) {
       std::cerr << "Error: a timed lookup did not match the whole prompt\n";
@@ -232,8 +233,11 @@ int Main() {
   {
     constexpr uint32_t kTracePage = 512, kTraceBlocks = 24;
     constexpr uint32_t kTraceCapacity = 3000;
-    RadixTree tree({.capacity_pages = kTraceCapacity,
-                    .max_page_size = kTracePage});
+    std::unique_ptr<RadixTree> tree_owner =
+        RadixTree::Create(
+            {.capacity_pages = kTraceCapacity, .max_page_size = kTracePage})
+            .value();
+    RadixTree& tree = *tree_owner;
     NamespaceId ns = *tree.RegisterNamespace(Spec(kTracePage));
     const BlockKey root = tree.namespace_root(ns);
     std::vector<uint32_t> tokens(kTraceBlocks * kTracePage);
@@ -245,8 +249,8 @@ int Main() {
           ComputeBlockKeys(root, kTracePage, tokens);
       const bool timed = i >= fill;  // the tree is full from here on
       auto acquire = [&] {
-        return *tree.Acquire({.ns = ns, .keys = keys, .tokens = tokens,
-                              .allocate = true, .chain_keys = true});
+        return *tree.Acquire(
+            {.ns = ns, .keys = keys, .tokens = tokens, .allocate = true});
       };
       const AcquireResult a = timed ? miss_hold.Time(acquire) : acquire();
       auto commit = [&] {
@@ -268,8 +272,12 @@ int Main() {
   Holds evict_hold, clear_hold, fill_hold;
   uint64_t clear_blocks = 0;
   {
-    RadixTree tree({.capacity_pages = cached, .max_page_size = page,
-                    .remembered_evictions = 0});
+    std::unique_ptr<RadixTree> tree_owner =
+        RadixTree::Create({.capacity_pages = cached,
+                           .max_page_size = page,
+                           .remembered_evictions = 0})
+            .value();
+    RadixTree& tree = *tree_owner;
     NamespaceId ns = *tree.RegisterNamespace(Spec(page));
     const BlockKey root = tree.namespace_root(ns);
     std::vector<uint32_t> tokens(static_cast<size_t>(depth) * page);
@@ -306,39 +314,44 @@ int Main() {
   }
 
   if (absl::GetFlag(FLAGS_json)) {
-    std::cout << absl::StrFormat(
-        "{\"prompt_tokens\": %d, \"page_size\": %d, "
-        "\"hash_match_tokens_per_s\": %.0f, "
-        "\"walk_match_tokens_per_s\": %.0f, \"cached_blocks\": %d, "
-        "\"evict_ns_per_block\": %.1f, \"index_bytes_per_block\": %.1f, "
-        "\"fill_seconds\": %.2f, \"match_tokens_tokens_per_s\": %.0f, "
-        "\"vector_match_tokens_per_s\": %.0f, "
-        "\"portable_match_tokens_per_s\": %.0f, "
-        "\"vector_walk_match_tokens_per_s\": %.0f, "
-        "\"portable_walk_match_tokens_per_s\": %.0f, "
-        "%s, %s, %s, %s, %s, %s, %s, %s, \"clear_blocks\": %d}\n",
-        prompt_tokens, page, hash_match_tokens_per_s, walk_match_tokens_per_s,
-        cached, evict_ns_per_block, index_bytes_per_block, fill_s,
-        match_tokens_tokens_per_s, vector_match, portable_match, vector_walk,
-        portable_walk, hit_hold.Json("hold_acquire_hit"),
-        release_hold.Json("hold_release"), match_hold.Json("hold_match_tokens"),
-        miss_hold.Json("hold_trace_miss_acquire"),
-        commit_hold.Json("hold_trace_commit"), fill_hold.Json("hold_fill"),
-        evict_hold.Json("hold_admin_evict_batch"),
-        clear_hold.Json("hold_clear"), clear_blocks);
+    nlohmann::json j = {
+        {"prompt_tokens", prompt_tokens},
+        {"page_size", page},
+        {"hash_match_tokens_per_s", hash_match_tokens_per_s},
+        {"walk_match_tokens_per_s", walk_match_tokens_per_s},
+        {"cached_blocks", cached},
+        {"evict_ns_per_block", evict_ns_per_block},
+        {"index_bytes_per_block", index_bytes_per_block},
+        {"fill_seconds", fill_s},
+        {"match_tokens_tokens_per_s", match_tokens_tokens_per_s},
+        {"vector_match_tokens_per_s", vector_match},
+        {"portable_match_tokens_per_s", portable_match},
+        {"vector_walk_match_tokens_per_s", vector_walk},
+        {"portable_walk_match_tokens_per_s", portable_walk},
+        {"clear_blocks", clear_blocks},
+    };
+    hit_hold.Json("hold_acquire_hit", &j);
+    release_hold.Json("hold_release", &j);
+    match_hold.Json("hold_match_tokens", &j);
+    miss_hold.Json("hold_trace_miss_acquire", &j);
+    commit_hold.Json("hold_trace_commit", &j);
+    fill_hold.Json("hold_fill", &j);
+    evict_hold.Json("hold_admin_evict_batch", &j);
+    clear_hold.Json("hold_clear", &j);
+    std::cout << j.dump() << "\n";
   } else {
     std::cout << absl::StrFormat(
         "hash+match  %.1f M tokens/s (fully cached %d-token prompt, page_size %d, 1 thread)\n"
         "walk+match  %.1f M tokens/s (the same, cached blocks found by token comparison)\n"
-        "MatchTokens %.1f M tokens/s (radixkvd's token Match: walk and lookup in one pass)\n"
-        "vector walk / portable walk, alternately: MatchTokens %.1f / %.1f M tokens/s = %.2fx, "
+        "token Match %.1f M tokens/s (radixkvd's Match of tokens: walk and lookup in one pass)\n"
+        "vector walk / portable walk, alternately: token Match %.1f / %.1f M tokens/s = %.2fx, "
         "walk+match %.1f / %.1f M = %.2fx\n"
         "evict       %.1f ns per block at %d cached blocks\n"
         "index mem   %.1f bytes per block (token copies excluded)\n"
         "lock hold (each call runs under the tree lock; %d samples):\n"
         "  Acquire hit, %d-token prompt, walked pages (exclusive)  %s\n"
         "  its Release (exclusive)                               %s\n"
-        "  MatchTokens, same prompt (shared)                     %s\n"
+        "  token Match, same prompt (shared)                     %s\n"
         "  trace miss: Acquire 24 x 512 tokens, evicting 24       %s\n"
         "  its Commit of 24 blocks (exclusive)                   %s\n"
         "  Acquire or Commit while filling to %d blocks        %s\n"

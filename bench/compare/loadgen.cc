@@ -60,6 +60,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "bench/bench_json.h"
 #include "bench/bench_layout.h"
 #include "radix/block_key.h"
 #include "radixkv/channel.h"
@@ -420,22 +421,28 @@ class LoadGen {
     const double rps = completed_ / secs;
     const double rpcs = (completed_ + releases_) / secs;
     if (json) {
-      std::cout << absl::StrFormat(
-          "{\"label\": \"%s\", \"method\": \"%s\", \"key_mode\": %s, "
-          "\"packed_keys\": %s, \"release_in_acquire\": %s, "
-          "\"connections\": %d, "
-          "\"inflight\": %d, \"offered_rate\": %.0f, \"seconds\": %.2f, "
-          "\"completed\": %d, \"requests_per_second\": %.1f, "
-          "\"rpcs_per_second\": %.1f, \"errors\": %d, \"p50_us\": %.1f, "
-          "\"p90_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
-          "\"max_us\": %.1f, \"first_error\": \"%s\"}\n",
-          label, o_.method, o_.key_mode ? "true" : "false",
-          o_.packed_keys ? "true" : "false",
-          o_.release_in_acquire ? "true" : "false", o_.connections,
-          o_.rate > 0 ? 0 : o_.inflight,
-          o_.rate, secs, completed_, rps, rpcs, errors_, pct(0.5), pct(0.9),
-          pct(0.99), pct(0.999), latency_ns_.empty() ? 0.0 : latency_ns_.back() / 1e3,
-          first_error_);
+      const BenchJson j = {
+          {"label", label},
+          {"method", o_.method},
+          {"key_mode", o_.key_mode},
+          {"packed_keys", o_.packed_keys},
+          {"release_in_acquire", o_.release_in_acquire},
+          {"connections", o_.connections},
+          {"inflight", o_.rate > 0 ? 0 : o_.inflight},
+          {"offered_rate", Rounded(o_.rate, 0)},
+          {"seconds", Rounded(secs, 2)},
+          {"completed", completed_},
+          {"requests_per_second", Rounded(rps, 1)},
+          {"rpcs_per_second", Rounded(rpcs, 1)},
+          {"errors", errors_},
+          {"p50_us", Rounded(pct(0.5), 1)},
+          {"p90_us", Rounded(pct(0.9), 1)},
+          {"p99_us", Rounded(pct(0.99), 1)},
+          {"p999_us", Rounded(pct(0.999), 1)},
+          {"max_us",
+           Rounded(latency_ns_.empty() ? 0.0 : latency_ns_.back() / 1e3, 1)},
+          {"first_error", first_error_}};
+      std::cout << JsonLine(j) << "\n";
     } else {
       std::cout << absl::StrFormat(
           "%s method=%s connections=%d %s: %.1f req/s (%.1f rpc/s), errors %d, "

@@ -13,8 +13,9 @@
 //   attention      attention_prefix_suffix on the device vs the CPU oracle
 //                  (same inputs) for a few shapes; milliseconds and max diff
 //
-// Usage: gpu_bench [--quick] [--peak_gbps=N]. Exit codes: 0 ok, 1 a CUDA or
-// kernel error, 77 no usable CUDA device (nothing measured).
+// Usage: gpu_bench [--quick] [--peak_gbps=N] (--help describes them). Exit
+// codes: 0 ok, 1 a CUDA or kernel error, 3 a bad argument, 77 no usable CUDA
+// device (nothing measured).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,9 +29,10 @@
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "bench/bench_json.h"
 #include "gpu/attention.h"
 #include "gpu/cuda_kernels_util.h"
 #include "gpu/kv_ops.h"
@@ -47,6 +49,17 @@ namespace {
       std::exit(1);                                                          \
     }                                                                        \
   } while (0)
+
+using ::radixkv::bench::BenchJson;
+using ::radixkv::bench::Rounded;
+using ::radixkv::bench::Significant;
+
+// One result line on stdout, flushed so a run cut short keeps what it
+// measured.
+void PrintLine(const BenchJson& j) {
+  std::printf("%s\n", ::radixkv::bench::JsonLine(j).c_str());
+  std::fflush(stdout);
+}
 
 absl::Status Cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
@@ -130,25 +143,27 @@ void BenchCopyPages(cudaStream_t s, bool quick, double peak_gbps) {
                            pages, did, s);
     });
     const double gbps = 2.0 * total / (ms * 1e-3) / 1e9;
-    std::printf(
-        "{\"bench\":\"copy_pages\",\"dir\":\"d2d\",\"page_bytes\":%llu,"
-        "\"pages\":%llu,\"ms\":%.4f,\"gbps_rw\":%.1f,\"peak_gbps\":%.0f,"
-        "\"pct_of_peak\":%.1f,\"target_pct\":70}\n",
-        static_cast<unsigned long long>(page_bytes),
-        static_cast<unsigned long long>(pages), ms, gbps, peak_gbps,
-        100.0 * gbps / peak_gbps);
+    PrintLine({{"bench", "copy_pages"},
+               {"dir", "d2d"},
+               {"page_bytes", page_bytes},
+               {"pages", pages},
+               {"ms", Rounded(ms, 4)},
+               {"gbps_rw", Rounded(gbps, 1)},
+               {"peak_gbps", Rounded(peak_gbps, 0)},
+               {"pct_of_peak", Rounded(100.0 * gbps / peak_gbps, 1)},
+               {"target_pct", 70}});
     const double ms_ref = TimeMs(s, quick ? 5 : 20, [&] {
       return Cuda(cudaMemcpyAsync(dst->get(), src->get(), total,
                                   cudaMemcpyDeviceToDevice, s),
                   "cudaMemcpyAsync");
     });
     const double gbps_ref = 2.0 * total / (ms_ref * 1e-3) / 1e9;
-    std::printf(
-        "{\"bench\":\"memcpy_reference\",\"dir\":\"d2d\",\"bytes\":%llu,"
-        "\"ms\":%.4f,\"gbps_rw\":%.1f,\"pct_of_peak\":%.1f}\n",
-        static_cast<unsigned long long>(total), ms_ref, gbps_ref,
-        100.0 * gbps_ref / peak_gbps);
-    std::fflush(stdout);
+    PrintLine({{"bench", "memcpy_reference"},
+               {"dir", "d2d"},
+               {"bytes", total},
+               {"ms", Rounded(ms_ref, 4)},
+               {"gbps_rw", Rounded(gbps_ref, 1)},
+               {"pct_of_peak", Rounded(100.0 * gbps_ref / peak_gbps, 1)}});
   }
 }
 
@@ -166,13 +181,14 @@ void BenchOffload(cudaStream_t s, bool quick) {
   const int reps = quick ? 3 : 10;
   auto report = [&](const char* method, const char* dir, double ms) {
     const double gbps = double(total) / (ms * 1e-3) / 1e9;
-    std::printf(
-        "{\"bench\":\"offload\",\"method\":\"%s\",\"dir\":\"%s\","
-        "\"page_bytes\":%llu,\"pages\":%llu,\"ms\":%.3f,\"gbps\":%.1f,"
-        "\"target_gbps\":40}\n",
-        method, dir, static_cast<unsigned long long>(page_bytes),
-        static_cast<unsigned long long>(pages), ms, gbps);
-    std::fflush(stdout);
+    PrintLine({{"bench", "offload"},
+               {"method", method},
+               {"dir", dir},
+               {"page_bytes", page_bytes},
+               {"pages", pages},
+               {"ms", Rounded(ms, 3)},
+               {"gbps", Rounded(gbps, 1)},
+               {"target_gbps", 40}});
   };
   report("copy_pages", "d2h", TimeMs(s, reps, [&] {
            return CopyPagesCuda(page_bytes, dev->get(), pages, sid, host_dev,
@@ -218,14 +234,13 @@ void BenchWriteKv(cudaStream_t s, bool quick) {
                        capacity, ids, s);
   });
   const double bytes = 2.0 * src_bytes;  // written (and as many read)
-  std::printf(
-      "{\"bench\":\"write_kv\",\"tokens\":%u,\"page_bytes\":%llu,"
-      "\"pages\":%llu,\"ms\":%.4f,\"gbps_written\":%.1f,"
-      "\"tokens_per_s\":%.3g}\n",
-      n, static_cast<unsigned long long>(g.page_bytes()),
-      static_cast<unsigned long long>(pages), ms, bytes / (ms * 1e-3) / 1e9,
-      n / (ms * 1e-3));
-  std::fflush(stdout);
+  PrintLine({{"bench", "write_kv"},
+             {"tokens", n},
+             {"page_bytes", g.page_bytes()},
+             {"pages", pages},
+             {"ms", Rounded(ms, 4)},
+             {"gbps_written", Rounded(bytes / (ms * 1e-3) / 1e9, 1)},
+             {"tokens_per_s", Significant(n / (ms * 1e-3), 3)}});
 }
 
 void BenchAttention(cudaStream_t s, bool quick) {
@@ -279,14 +294,18 @@ void BenchAttention(cudaStream_t s, bool quick) {
     for (size_t i = 0; i < q.size(); ++i)
       diff = std::max(diff, std::fabs(out_cpu[i] - out_gpu[i]));
     const double flops = AttentionFlops(shape, sh.prefix, sh.suffix, sh.suffix);
-    std::printf(
-        "{\"bench\":\"attention\",\"shape\":\"%s\",\"q_heads\":%u,"
-        "\"kv_heads\":%u,\"head_dim\":%u,\"prefix\":%u,\"suffix\":%u,"
-        "\"gpu_ms\":%.4f,\"cpu_ms\":%.3f,\"speedup_vs_cpu\":%.1f,"
-        "\"gpu_tflops\":%.3f,\"max_abs_diff\":%.3g}\n",
-        sh.name, sh.hq, sh.hkv, sh.dim, sh.prefix, sh.suffix, gpu_ms, cpu_ms,
-        cpu_ms / gpu_ms, flops / (gpu_ms * 1e-3) / 1e12, diff);
-    std::fflush(stdout);
+    PrintLine({{"bench", "attention"},
+               {"shape", sh.name},
+               {"q_heads", sh.hq},
+               {"kv_heads", sh.hkv},
+               {"head_dim", sh.dim},
+               {"prefix", sh.prefix},
+               {"suffix", sh.suffix},
+               {"gpu_ms", Rounded(gpu_ms, 4)},
+               {"cpu_ms", Rounded(cpu_ms, 3)},
+               {"speedup_vs_cpu", Rounded(cpu_ms / gpu_ms, 1)},
+               {"gpu_tflops", Rounded(flops / (gpu_ms * 1e-3) / 1e12, 3)},
+               {"max_abs_diff", Significant(diff, 3)}});
   }
 }
 
@@ -297,31 +316,36 @@ int main(int argc, char** argv) {
   using namespace radixkv::gpu;
   bool quick = false;
   double peak = 4800;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--quick") {
-      quick = true;
-    } else if (a.rfind("--peak_gbps=", 0) == 0) {
-      peak = std::atof(a.c_str() + 12);
-      if (!(peak > 0)) {
-        std::fprintf(stderr, "gpu_bench: --peak_gbps must be > 0\n");
-        return 3;
-      }
-    } else {
-      std::fprintf(stderr, "usage: gpu_bench [--quick] [--peak_gbps=N]\n");
-      return 3;
-    }
+  CLI::App app("throughput of the page kernels on a CUDA device (JSON lines)",
+               "gpu_bench");
+  app.add_flag("--quick", quick, "smaller pools, fewer repetitions and shapes");
+  app.add_option("--peak_gbps", peak,
+                 "HBM peak in GB/s that copy_pages is compared with")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the error and a pointer to --help
+    return 3;
+  }
+  if (!(peak > 0)) {
+    std::fprintf(stderr, "gpu_bench: --peak_gbps must be > 0\n");
+    return 3;
   }
   if (CudaKernelDeviceCount() == 0) {
-    std::printf("{\"bench\":\"gpu_bench\",\"skipped\":\"no usable CUDA device\"}\n");
+    PrintLine({{"bench", "gpu_bench"}, {"skipped", "no usable CUDA device"}});
     return 77;
   }
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
-    std::printf("{\"bench\":\"device\",\"name\":\"%s\",\"sms\":%d,"
-                "\"memory_gib\":%.1f,\"quick\":%s}\n",
-                prop.name, prop.multiProcessorCount,
-                prop.totalGlobalMem / double(1ull << 30), quick ? "true" : "false");
+    PrintLine({{"bench", "device"},
+               {"name", std::string(prop.name)},
+               {"sms", prop.multiProcessorCount},
+               {"memory_gib",
+                Rounded(prop.totalGlobalMem / double(1ull << 30), 1)},
+               {"quick", quick}});
   }
   Stream stream;
   BenchCopyPages(stream.get(), quick, peak);

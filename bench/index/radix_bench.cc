@@ -72,7 +72,9 @@ size_t RssBytes() {
 // (a) ComputeBlockKeys + Match of a 2,048-token prompt whose 128 blocks are
 // all cached. Items are tokens.
 void BM_HashAndMatch(benchmark::State& state) {
-  RadixTree tree({.capacity_pages = 4096});
+  std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = 4096}).value();
+  RadixTree& tree = *tree_owner;
   const NamespaceId ns = tree.RegisterNamespace(Spec()).value();
   const BlockKey root = tree.namespace_root(ns);
   std::mt19937_64 rng(1);
@@ -102,7 +104,9 @@ void BM_HashOnly(benchmark::State& state) {
 BENCHMARK(BM_HashOnly);
 
 void BM_MatchOnly(benchmark::State& state) {
-  RadixTree tree({.capacity_pages = 4096});
+  std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = 4096}).value();
+  RadixTree& tree = *tree_owner;
   const NamespaceId ns = tree.RegisterNamespace(Spec()).value();
   const BlockKey root = tree.namespace_root(ns);
   std::mt19937_64 rng(3);
@@ -118,7 +122,9 @@ BENCHMARK(BM_MatchOnly);
 
 // Acquire (pin the 128 cached blocks) + Release (unpin them), tokens given.
 void BM_AcquireReleaseCached(benchmark::State& state) {
-  RadixTree tree({.capacity_pages = 4096});
+  std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = 4096}).value();
+  RadixTree& tree = *tree_owner;
   const NamespaceId ns = tree.RegisterNamespace(Spec()).value();
   const BlockKey root = tree.namespace_root(ns);
   std::mt19937_64 rng(4);
@@ -140,7 +146,9 @@ void BM_EvictAt1M(benchmark::State& state) {
   const uint32_t kBlocks = static_cast<uint32_t>(state.range(2));
   const uint32_t batch = static_cast<uint32_t>(state.range(0));
   const uint32_t depth = static_cast<uint32_t>(state.range(1));
-  RadixTree tree({.capacity_pages = kBlocks + batch});
+  std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = kBlocks + batch}).value();
+  RadixTree& tree = *tree_owner;
   const NamespaceId ns = tree.RegisterNamespace(Spec()).value();
   std::mt19937_64 rng(5);
   Fill(tree, ns, kBlocks, depth, rng);
@@ -173,8 +181,7 @@ void BM_EvictAll1M(benchmark::State& state) {
   for (auto _ : state) {
     state.PauseTiming();  // building (and destroying) trees is not timed
     tree.reset();
-    tree = std::make_unique<RadixTree>(
-        RadixTreeOptions{.capacity_pages = kBlocks});
+    tree = RadixTree::Create({.capacity_pages = kBlocks}).value();
     const NamespaceId ns = tree->RegisterNamespace(Spec()).value();
     std::mt19937_64 rng(8);
     Fill(*tree, ns, kBlocks, static_cast<uint32_t>(state.range(0)), rng);
@@ -192,7 +199,9 @@ BENCHMARK(BM_EvictAll1M)->Arg(64)->Arg(1)->Iterations(3)->Unit(benchmark::kMilli
 // blocks (a 256-token miss) and evicts 16 LRU leaves; commit + release too.
 void BM_AcquireEvictingAt1M(benchmark::State& state) {
   constexpr uint32_t kBlocks = 1 << 20;
-  RadixTree tree({.capacity_pages = kBlocks});
+  std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = kBlocks}).value();
+  RadixTree& tree = *tree_owner;
   const NamespaceId ns = tree.RegisterNamespace(Spec()).value();
   const BlockKey root = tree.namespace_root(ns);
   std::mt19937_64 rng(6);
@@ -229,7 +238,9 @@ void BM_IndexMemoryAt1M(benchmark::State& state) {
   const uint32_t depth = static_cast<uint32_t>(state.range(0));
   for (auto _ : state) {
     const size_t rss0 = RssBytes();
-    RadixTree tree({.capacity_pages = kBlocks});
+    std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = kBlocks}).value();
+  RadixTree& tree = *tree_owner;
     const NamespaceId ns = tree.RegisterNamespace(Spec()).value();
     std::mt19937_64 rng(7);
     Fill(tree, ns, kBlocks, depth, rng);

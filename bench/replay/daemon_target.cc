@@ -13,9 +13,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "bench/bench_json.h"
 #include "bench/replay/targets.h"
 #include "radixkv/channel.h"
 #include "radixkv/v1/radixkv.grpc.pb.h"
@@ -200,19 +199,23 @@ std::string DaemonStatsJson(const std::string& endpoint) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   pb::GetStatsResponse resp;
   grpc::Status s = stub->GetStats(&ctx, pb::GetStatsRequest(), &resp);
+  BenchJson j;
   if (!s.ok()) {
-    return absl::StrFormat("\"daemon_stats_error\": \"%s\"",
-                           absl::CEscape(s.error_message()));
+    j["daemon_stats_error"] = s.error_message();
+  } else {
+    const pb::Stats& st = resp.stats();
+    j = {{"daemon_capacity_pages", st.capacity_pages()},
+         {"daemon_cached_pages", st.cached_pages()},
+         {"daemon_evicted_pages", st.evicted_pages()},
+         {"daemon_lookup_tokens", st.lookup_tokens()},
+         {"daemon_hit_tokens", st.hit_tokens()},
+         {"daemon_hash_collisions", st.hash_collisions()},
+         {"daemon_leases", st.leases()},
+         {"daemon_invariants_ok", st.invariants_ok()}};
   }
-  const pb::Stats& st = resp.stats();
-  return absl::StrFormat(
-      "\"daemon_capacity_pages\": %d, \"daemon_cached_pages\": %d, "
-      "\"daemon_evicted_pages\": %d, \"daemon_lookup_tokens\": %d, "
-      "\"daemon_hit_tokens\": %d, \"daemon_hash_collisions\": %d, "
-      "\"daemon_leases\": %d, \"daemon_invariants_ok\": %s",
-      st.capacity_pages(), st.cached_pages(), st.evicted_pages(),
-      st.lookup_tokens(), st.hit_tokens(), st.hash_collisions(), st.leases(),
-      st.invariants_ok() ? "true" : "false");
+  // The object's members: its text without the enclosing braces.
+  const std::string object = JsonLine(j);
+  return object.substr(1, object.size() - 2);
 }
 
 absl::StatusOr<std::unique_ptr<ReplayTarget>> NewDaemonTarget(

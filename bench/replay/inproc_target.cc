@@ -19,17 +19,16 @@ namespace {
 class InProcClient final : public ReplayClient {
  public:
   InProcClient(RadixTree* tree, NamespaceId ns, uint32_t page_size)
-      : tree_(tree), ns_(ns), page_size_(page_size),
-        root_(tree->namespace_root(ns)) {}
+      : tree_(tree), ns_(ns), page_size_(page_size) {}
 
   absl::StatusOr<RequestOutcome> Replay(const TraceRequest& req) override {
     const absl::Span<const uint32_t> tokens =
         FillTokens(req.hash_ids, page_size_, &tokens_);
     RequestOutcome out;
     const int64_t t0 = NowNs();
-    std::vector<BlockKey> keys = ComputeBlockKeys(root_, page_size_, tokens);
-    absl::StatusOr<AcquireResult> a = tree_->Acquire(
-        {.ns = ns_, .keys = keys, .tokens = tokens, .allocate = true});
+    // Token mode, as radixkvd asks: the tree derives the block keys.
+    absl::StatusOr<AcquireResult> a =
+        tree_->Acquire({.ns = ns_, .tokens = tokens, .allocate = true});
     const int64_t t1 = NowNs();
     if (!a.ok()) return a.status();
     if (a->lease != 0) {
@@ -50,7 +49,6 @@ class InProcClient final : public ReplayClient {
   RadixTree* const tree_;  // not owned; the target outlives its clients
   const NamespaceId ns_;
   const uint32_t page_size_;
-  const BlockKey root_;
   std::vector<uint32_t> tokens_;  // FillTokens scratch, reused
 };
 
@@ -105,12 +103,13 @@ absl::StatusOr<std::unique_ptr<ReplayTarget>> NewInProcTarget(
   topts.capacity_pages = options.capacity_pages;
   topts.max_page_size = std::max<uint32_t>(options.page_size, 1);
   topts.remembered_evictions = 0;
-  auto tree = std::make_unique<RadixTree>(topts);
+  absl::StatusOr<std::unique_ptr<RadixTree>> tree = RadixTree::Create(topts);
+  if (!tree.ok()) return tree.status();
   absl::StatusOr<NamespaceId> ns =
-      tree->RegisterNamespace(ReplayNamespace(options.page_size));
+      (*tree)->RegisterNamespace(ReplayNamespace(options.page_size));
   if (!ns.ok()) return ns.status();
   return std::unique_ptr<ReplayTarget>(
-      new InProcTarget(options, std::move(tree), *ns));
+      new InProcTarget(options, *std::move(tree), *ns));
 }
 
 }  // namespace radixkv::bench

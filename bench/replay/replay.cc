@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "bench/bench_json.h"
 
 namespace radixkv::bench {
 namespace {
@@ -35,6 +36,39 @@ struct ClientTotals {
   std::vector<int64_t> request_ns;
   absl::Status status;
 };
+
+// The report as one JSON object; the target's FinalStatsJson members follow
+// the replay's own. Members that do not parse are kept as one string,
+// "target_stats".
+BenchJson ReportJson(const ReplayReport& r) {
+  BenchJson j = {
+      {"target", r.target},
+      {"clients", r.clients},
+      {"requests", r.requests},
+      {"blocks", r.blocks},
+      {"matched_blocks", r.matched_blocks},
+      {"new_blocks", r.new_blocks},
+      {"hit_ratio", Rounded(r.hit_ratio, 6)},
+      {"seconds", Rounded(r.seconds, 3)},
+      {"requests_per_second", Rounded(r.requests_per_second, 1)},
+      {"acquire_p50_us", Rounded(r.acquire_p50_us, 1)},
+      {"acquire_p99_us", Rounded(r.acquire_p99_us, 1)},
+      {"acquire_max_us", Rounded(r.acquire_max_us, 1)},
+      {"request_p50_us", Rounded(r.request_p50_us, 1)},
+      {"request_p99_us", Rounded(r.request_p99_us, 1)},
+  };
+  if (!r.extra_json.empty()) {
+    const BenchJson extra =
+        BenchJson::parse(absl::StrCat("{", r.extra_json, "}"), /*cb=*/nullptr,
+                         /*allow_exceptions=*/false);
+    if (extra.is_object()) {
+      j.update(extra);
+    } else {
+      j["target_stats"] = r.extra_json;
+    }
+  }
+  return j;
+}
 
 }  // namespace
 
@@ -124,17 +158,7 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, ReplayTarget& target,
 
 void PrintReport(const ReplayReport& r, bool json, std::ostream& out) {
   if (json) {
-    out << absl::StrFormat(
-        "{\"target\": \"%s\", \"clients\": %d, \"requests\": %d, "
-        "\"blocks\": %d, \"matched_blocks\": %d, \"new_blocks\": %d, "
-        "\"hit_ratio\": %.6f, \"seconds\": %.3f, \"requests_per_second\": %.1f, "
-        "\"acquire_p50_us\": %.1f, \"acquire_p99_us\": %.1f, "
-        "\"acquire_max_us\": %.1f, \"request_p50_us\": %.1f, "
-        "\"request_p99_us\": %.1f%s%s}\n",
-        r.target, r.clients, r.requests, r.blocks, r.matched_blocks,
-        r.new_blocks, r.hit_ratio, r.seconds, r.requests_per_second,
-        r.acquire_p50_us, r.acquire_p99_us, r.acquire_max_us, r.request_p50_us,
-        r.request_p99_us, r.extra_json.empty() ? "" : ", ", r.extra_json);
+    out << JsonLine(ReportJson(r)) << "\n";
     return;
   }
   out << absl::StrFormat(

@@ -2,76 +2,89 @@
 #include "bench/replay/trace.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 
 namespace radixkv::bench {
 namespace {
 
-// Position just after `"field":` (and any spaces) or npos.
-size_t FindValue(absl::string_view line, absl::string_view field) {
-  const std::string quoted = absl::StrCat("\"", field, "\"");
-  size_t pos = line.find(quoted);
-  if (pos == absl::string_view::npos) return pos;
-  pos += quoted.size();
-  while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
-  if (pos >= line.size() || line[pos] != ':') return absl::string_view::npos;
-  ++pos;
-  while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
-  return pos;
+using Json = nlohmann::json;
+
+// The reason from a parse_error's text ("[json.exception.parse_error.101]
+// parse error at line 1, column 7: <reason>"), or the whole text.
+std::string ParseErrorReason(const Json::parse_error& e) {
+  const std::string what = e.what();
+  const size_t column = what.find("column ");
+  const size_t colon =
+      column == std::string::npos ? column : what.find(": ", column);
+  return colon == std::string::npos ? what : what.substr(colon + 2);
+}
+
+absl::Status ParseTimestamp(const Json& v, TraceRequest* req) {
+  if (v.is_number_integer()) {
+    req->timestamp_ms = v.get<int64_t>();
+  } else if (v.is_number_float()) {
+    req->timestamp_ms = static_cast<int64_t>(v.get<double>());
+  } else {
+    return absl::InvalidArgumentError("field 'timestamp' is not a number");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseHashIds(const Json& v, TraceRequest* req) {
+  if (!v.is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "field 'hash_ids' is a JSON ", v.type_name(), ", not an array"));
+  }
+  req->hash_ids.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const Json& id = v[i];
+    // Non-negative integers parse as number_unsigned; negative ones as
+    // number_integer, fractions as number_float.
+    if (!id.is_number_unsigned() ||
+        id.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "field 'hash_ids' holds '", id.dump(), "' at index ", i,
+          ", not an integer in [0, 2^32)"));
+    }
+    req->hash_ids.push_back(static_cast<uint32_t>(id.get<uint64_t>()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<TraceRequest> ParseTraceLine(absl::string_view line) {
+  Json j;
+  try {
+    j = Json::parse(line.begin(), line.end());
+  } catch (const Json::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not valid JSON at column ", e.byte, ": ", ParseErrorReason(e)));
+  }
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the line is a JSON ", j.type_name(), ", not an object"));
+  }
   TraceRequest req;
-  size_t ts = FindValue(line, "timestamp");
-  if (ts != absl::string_view::npos) {
-    size_t end = ts;
-    while (end < line.size() &&
-           (absl::ascii_isdigit(line[end]) || line[end] == '-' || line[end] == '.')) {
-      ++end;
-    }
-    double v = 0;
-    if (!absl::SimpleAtod(line.substr(ts, end - ts), &v)) {
-      return absl::InvalidArgumentError("field 'timestamp' is not a number");
-    }
-    req.timestamp_ms = static_cast<int64_t>(v);
+  if (const auto ts = j.find("timestamp"); ts != j.end()) {
+    if (absl::Status s = ParseTimestamp(*ts, &req); !s.ok()) return s;
   }
-  size_t pos = FindValue(line, "hash_ids");
-  if (pos == absl::string_view::npos || line[pos] != '[') {
-    return absl::InvalidArgumentError("field 'hash_ids' (a JSON array) is missing");
+  const auto ids = j.find("hash_ids");
+  if (ids == j.end()) {
+    return absl::InvalidArgumentError(
+        "field 'hash_ids' (a JSON array) is missing");
   }
-  size_t close = line.find(']', pos);
-  if (close == absl::string_view::npos) {
-    return absl::InvalidArgumentError("field 'hash_ids' has no closing ']'");
-  }
-  absl::string_view body = line.substr(pos + 1, close - pos - 1);
-  while (!body.empty()) {
-    size_t comma = body.find(',');
-    absl::string_view item = absl::StripAsciiWhitespace(body.substr(0, comma));
-    uint64_t id = 0;
-    if (!item.empty() || comma != absl::string_view::npos) {
-      if (!absl::SimpleAtoi(item, &id) ||
-          id > std::numeric_limits<uint32_t>::max()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("field 'hash_ids' holds '", item,
-                         "', not an integer in [0, 2^32)"));
-      }
-      req.hash_ids.push_back(static_cast<uint32_t>(id));
-    }
-    if (comma == absl::string_view::npos) break;
-    body.remove_prefix(comma + 1);
-  }
+  if (absl::Status s = ParseHashIds(*ids, &req); !s.ok()) return s;
   return req;
 }
 

@@ -33,8 +33,10 @@ struct Trace {
   uint32_t max_hash_id = 0;
 };
 
-// Parses one trace line. INVALID_ARGUMENT naming the field when `hash_ids`
-// is missing or malformed, or an id does not fit in 32 bits.
+// Parses one trace line. INVALID_ARGUMENT when the line is not one JSON
+// object (the message gives the column), or naming the field when
+// `timestamp` is not a number, `hash_ids` is missing or not an array, or an
+// id is not an integer in [0, 2^32) (the message gives its index).
 absl::StatusOr<TraceRequest> ParseTraceLine(absl::string_view line);
 
 // Reads a whole trace; `limit` > 0 keeps only the first `limit` requests.

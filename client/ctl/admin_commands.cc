@@ -17,13 +17,10 @@
 #include "client/ctl/ctl.h"
 #include "client/ctl/output.h"
 #include "client/status.h"
+#include "grpc/health/v1/health.pb.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
 #include "grpcpp/impl/codegen/rpc_method.h"
 #include "radixkv/v1/radixkv.grpc.pb.h"
-
-#if defined(RADIXKV_HAVE_HEALTH_PROTO)
-#include "grpc/health/v1/health.pb.h"
-#endif
 
 namespace radixkv::ctl {
 namespace {
@@ -35,53 +32,39 @@ std::string ShortNs(const std::string& id) { return Hex(id, 12); }
 // ---- health ---------------------------------------------------------------
 
 int RunHealth(Context& ctx) {
-#if defined(RADIXKV_HAVE_HEALTH_PROTO)
-  grpc::health::v1::HealthCheckRequest req;
+  using grpc::health::v1::HealthCheckRequest;
+  using grpc::health::v1::HealthCheckResponse;
+  HealthCheckRequest req;
   const std::string service = ctx.args.Get("service");
   req.set_service(service.data(), service.size());
-  grpc::health::v1::HealthCheckResponse resp;
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
+  HealthCheckResponse resp;
   // The generated Health stub is not part of the build (only the messages
   // are), so call the method the way generated code does.
   auto channel = ctx.Channel();
   grpc::internal::RpcMethod method("/grpc.health.v1.Health/Check",
                                    grpc::internal::RpcMethod::NORMAL_RPC,
                                    channel);
-  absl::Status s = FromGrpcStatus(
-      grpc::internal::BlockingUnaryCall<grpc::health::v1::HealthCheckRequest,
-                                        grpc::health::v1::HealthCheckResponse,
-                                        google::protobuf::MessageLite,
-                                        google::protobuf::MessageLite>(
-          channel.get(), method, &call, req, &resp));
-  if (s.code() == absl::StatusCode::kNotFound) {
-    // The health service answers NOT_FOUND for a service it does not know.
-    resp.set_status(grpc::health::v1::HealthCheckResponse::SERVICE_UNKNOWN);
-  } else if (!s.ok()) {
-    return Fail(ctx, s);
+  auto check = [&](grpc::ClientContext* call) {
+    grpc::Status s = grpc::internal::BlockingUnaryCall<
+        HealthCheckRequest, HealthCheckResponse, google::protobuf::MessageLite,
+        google::protobuf::MessageLite>(channel.get(), method, call, req, &resp);
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+      // The health service answers NOT_FOUND for a service it does not know.
+      resp.set_status(HealthCheckResponse::SERVICE_UNKNOWN);
+      return grpc::Status::OK;
+    }
+    return s;
+  };
+  const int exit = CallAndPrint(ctx, resp, check, [&] {
+    *ctx.out << HealthCheckResponse::ServingStatus_Name(resp.status()) << "  "
+             << ctx.global.target << "\n";
+  });
+  if (exit != kExitOk || resp.status() == HealthCheckResponse::SERVING) {
+    return exit;
   }
-  const bool serving =
-      resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
-  if (ctx.json()) {
-    *ctx.out << ToJsonLine(resp) << "\n";
-  } else {
-    *ctx.out << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
-                    resp.status())
-             << "  " << ctx.global.target << "\n";
-  }
-  if (!serving) {
-    *ctx.err << "Error: radixkvd at " << ctx.global.target << " is "
-             << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
-                    resp.status())
-             << "\n";
-    return kExitUnhealthy;
-  }
-  return kExitOk;
-#else
-  return Fail(ctx, absl::UnimplementedError(
-                       "this radixkvctl was built without grpc health protos "
-                       "(apt: grpc-proto)"));
-#endif
+  *ctx.err << "Error: radixkvd at " << ctx.global.target << " is "
+           << HealthCheckResponse::ServingStatus_Name(resp.status()) << "\n";
+  return kExitUnhealthy;
 }
 
 // ---- stats ----------------------------------------------------------------
@@ -93,18 +76,7 @@ std::string PagesWithBytes(uint64_t pages, uint64_t page_bytes) {
   return absl::StrCat(s, " (", HumanBytes(pages * page_bytes), ")");
 }
 
-int RunStats(Context& ctx) {
-  auto stub = Admin::NewStub(ctx.Channel());
-  v1::GetStatsResponse resp;
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
-  absl::Status s =
-      FromGrpcStatus(stub->GetStats(&call, v1::GetStatsRequest(), &resp));
-  if (!s.ok()) return Fail(ctx, s);
-  if (ctx.json()) {
-    *ctx.out << ToJsonLine(resp) << "\n";
-    return kExitOk;
-  }
+void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
   const v1::Stats& st = resp.stats();
   const uint64_t pb = st.pool().page_bytes();
   KeyValueList kv;
@@ -140,24 +112,17 @@ int RunStats(Context& ctx) {
   kv.Add("tree nodes", HumanCount(st.tree_nodes()));
   kv.Add("namespaces", HumanCount(st.namespaces()));
   kv.Add("invariants", st.invariants_ok() ? "ok" : "VIOLATED");
-  kv.Print(*ctx.out);
-  return kExitOk;
+  kv.Print(out);
+}
+
+int RunStats(Context& ctx) {
+  return CallAndPrint(ctx, &Admin::Stub::GetStats, v1::GetStatsRequest(),
+                      PrintStats);
 }
 
 // ---- namespaces -------------------------------------------------------------
 
-int RunNamespaces(Context& ctx) {
-  auto stub = Admin::NewStub(ctx.Channel());
-  v1::ListNamespacesResponse resp;
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
-  absl::Status s = FromGrpcStatus(
-      stub->ListNamespaces(&call, v1::ListNamespacesRequest(), &resp));
-  if (!s.ok()) return Fail(ctx, s);
-  if (ctx.json()) {
-    *ctx.out << ToJsonLine(resp) << "\n";
-    return kExitOk;
-  }
+void PrintNamespaces(const v1::ListNamespacesResponse& resp, std::ostream& out) {
   Table t({"NAMESPACE", "MODEL", "REVISION", "LORA", "SALT", "LAYOUT", "TP",
            "BLOCKS", "SESSIONS"});
   t.AlignRight({7, 8});
@@ -173,24 +138,17 @@ int RunNamespaces(Context& ctx) {
               absl::StrCat(n.tp_rank(), "/", n.tp_size() == 0 ? 1 : n.tp_size()),
               HumanCount(e.cached_blocks()), absl::StrCat(e.sessions())});
   }
-  t.Print(*ctx.out);
-  return kExitOk;
+  t.Print(out);
+}
+
+int RunNamespaces(Context& ctx) {
+  return CallAndPrint(ctx, &Admin::Stub::ListNamespaces,
+                      v1::ListNamespacesRequest(), PrintNamespaces);
 }
 
 // ---- sessions ---------------------------------------------------------------
 
-int RunSessions(Context& ctx) {
-  auto stub = Admin::NewStub(ctx.Channel());
-  v1::ListSessionsResponse resp;
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
-  absl::Status s = FromGrpcStatus(
-      stub->ListSessions(&call, v1::ListSessionsRequest(), &resp));
-  if (!s.ok()) return Fail(ctx, s);
-  if (ctx.json()) {
-    *ctx.out << ToJsonLine(resp) << "\n";
-    return kExitOk;
-  }
+void PrintSessions(const v1::ListSessionsResponse& resp, std::ostream& out) {
   Table t({"SESSION", "CLIENT", "NAMESPACE", "DEVICE", "LEASES", "AGE", "PEER"});
   t.AlignRight({3, 4, 5});
   for (const v1::SessionEntry& e : resp.sessions()) {
@@ -200,11 +158,30 @@ int RunSessions(Context& ctx) {
               absl::StrCat(e.leases()), HumanDuration(e.age_seconds()),
               e.peer().empty() ? "-" : e.peer()});
   }
-  t.Print(*ctx.out);
-  return kExitOk;
+  t.Print(out);
+}
+
+int RunSessions(Context& ctx) {
+  return CallAndPrint(ctx, &Admin::Stub::ListSessions,
+                      v1::ListSessionsRequest(), PrintSessions);
 }
 
 // ---- tree -------------------------------------------------------------------
+
+void PrintTree(const v1::DumpTreeResponse& resp, std::ostream& out) {
+  Table t({"KEY", "DEPTH", "PAGE", "REFS", "CHILDREN", "AGE", "NAMESPACE"});
+  t.AlignRight({1, 2, 3, 4, 5});
+  for (const v1::TreeNode& n : resp.nodes()) {
+    t.AddRow({Hex(n.key(), 16) + "..", absl::StrCat(n.depth()),
+              absl::StrCat(n.page()), absl::StrCat(n.refcount()),
+              absl::StrCat(n.children()), HumanDuration(n.age_seconds()),
+              ShortNs(n.namespace_id())});
+  }
+  t.Print(out);
+  out << "(" << resp.nodes_size() << " of " << resp.total_nodes()
+      << " cached blocks shown"
+      << (resp.truncated() ? "; raise --limit for more" : "") << ")\n";
+}
 
 int RunTree(Context& ctx) {
   v1::DumpTreeRequest req;
@@ -217,29 +194,7 @@ int RunTree(Context& ctx) {
     if (!depth.ok()) return Fail(ctx, depth.status());
     req.set_max_depth(static_cast<uint32_t>(*depth));
   }
-  auto stub = Admin::NewStub(ctx.Channel());
-  v1::DumpTreeResponse resp;
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
-  absl::Status s = FromGrpcStatus(stub->DumpTree(&call, req, &resp));
-  if (!s.ok()) return Fail(ctx, s);
-  if (ctx.json()) {
-    *ctx.out << ToJsonLine(resp) << "\n";
-    return kExitOk;
-  }
-  Table t({"KEY", "DEPTH", "PAGE", "REFS", "CHILDREN", "AGE", "NAMESPACE"});
-  t.AlignRight({1, 2, 3, 4, 5});
-  for (const v1::TreeNode& n : resp.nodes()) {
-    t.AddRow({Hex(n.key(), 16) + "..", absl::StrCat(n.depth()),
-              absl::StrCat(n.page()), absl::StrCat(n.refcount()),
-              absl::StrCat(n.children()), HumanDuration(n.age_seconds()),
-              ShortNs(n.namespace_id())});
-  }
-  t.Print(*ctx.out);
-  *ctx.out << "(" << resp.nodes_size() << " of " << resp.total_nodes()
-           << " cached blocks shown"
-           << (resp.truncated() ? "; raise --limit for more" : "") << ")\n";
-  return kExitOk;
+  return CallAndPrint(ctx, &Admin::Stub::DumpTree, req, PrintTree);
 }
 
 // ---- evict / clear ------------------------------------------------------------
@@ -250,19 +205,11 @@ int RunEvict(Context& ctx) {
   if (!pages.ok()) return Fail(ctx, pages.status());
   v1::EvictRequest req;
   req.set_pages(*pages);
-  auto stub = Admin::NewStub(ctx.Channel());
-  v1::EvictResponse resp;
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
-  absl::Status s = FromGrpcStatus(stub->Evict(&call, req, &resp));
-  if (!s.ok()) return Fail(ctx, s);
-  if (ctx.json()) {
-    *ctx.out << ToJsonLine(resp) << "\n";
-  } else {
-    *ctx.out << "evicted " << resp.evicted() << " of " << *pages
-             << " requested pages\n";
-  }
-  return kExitOk;
+  return CallAndPrint(ctx, &Admin::Stub::Evict, req,
+                      [&](const v1::EvictResponse& resp, std::ostream& out) {
+                        out << "evicted " << resp.evicted() << " of " << *pages
+                            << " requested pages\n";
+                      });
 }
 
 int RunClear(Context& ctx) {
@@ -280,20 +227,12 @@ int RunClear(Context& ctx) {
       return kExitError;
     }
   }
-  auto stub = Admin::NewStub(ctx.Channel());
-  v1::ClearResponse resp;
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
-  absl::Status s =
-      FromGrpcStatus(stub->Clear(&call, v1::ClearRequest(), &resp));
-  if (!s.ok()) return Fail(ctx, s);
-  if (ctx.json()) {
-    *ctx.out << ToJsonLine(resp) << "\n";
-  } else {
-    *ctx.out << "removed " << resp.removed() << " blocks; "
-             << resp.pinned_remaining() << " pinned blocks remain\n";
-  }
-  return kExitOk;
+  return CallAndPrint(ctx, &Admin::Stub::Clear, v1::ClearRequest(),
+                      [](const v1::ClearResponse& resp, std::ostream& out) {
+                        out << "removed " << resp.removed() << " blocks; "
+                            << resp.pinned_remaining()
+                            << " pinned blocks remain\n";
+                      });
 }
 
 // ---- watch --------------------------------------------------------------------
@@ -415,25 +354,27 @@ int RunWatch(Context& ctx) {
 }  // namespace
 
 std::vector<Command> AdminCommands() {
+  const std::string state = "Cluster health and state";
+  const std::string contents = "Cache contents";
+  const std::string maintenance = "Maintenance";
+  // name, group, summary, positional, example, details, flags, run
   return {
-      {"health", "Cluster health and state",
+      {"health", state,
        "Check the daemon's grpc.health.v1 status (exit 4 unless SERVING)", "",
        "radixkvctl health\nradixkvctl --endpoint=/run/radixkv/radixkvd.sock health -o json",
        "Calls grpc.health.v1.Health/Check. Prints SERVING and exits 0, or "
        "prints the status and exits 4 (NOT_SERVING, e.g. while draining).",
        {{"service", true, "service name to check (default: the whole server)"}},
        RunHealth},
-      {"stats", "Cluster health and state",
-       "Show pool occupancy, hit ratio, sessions and leases", "",
+      {"stats", state, "Show pool occupancy, hit ratio, sessions and leases", "",
        "radixkvctl stats\nradixkvctl stats -o json | jq .stats.hit_tokens", "",
        {}, RunStats},
-      {"namespaces", "Cluster health and state",
+      {"namespaces", state,
        "List namespaces (model, layout, tenant) and their cached blocks", "",
        "radixkvctl namespaces", "", {}, RunNamespaces},
-      {"sessions", "Cluster health and state",
-       "List worker sessions with their leases and age", "",
+      {"sessions", state, "List worker sessions with their leases and age", "",
        "radixkvctl sessions -o json", "", {}, RunSessions},
-      {"tree", "Cache contents",
+      {"tree", contents,
        "Show the top of the radix tree: shallowest blocks first", "",
        "radixkvctl tree --limit=50 --max-depth=2",
        "Columns: key prefix, depth (block index in its prompt), page, "
@@ -442,7 +383,7 @@ std::vector<Command> AdminCommands() {
        {{"limit", true, "at most this many blocks (default 20, max 10000)"},
         {"max-depth", true, "deepest block index to show (0: first blocks)"}},
        RunTree},
-      {"watch", "Cache contents",
+      {"watch", contents,
        "Follow cache events (stored, removed, cleared) until interrupted", "",
        "radixkvctl watch\nradixkvctl watch --from=1 --count=10 -o json",
        "Streams Admin.WatchEvents. Each event has a sequence number; a GAP "
@@ -451,11 +392,11 @@ std::vector<Command> AdminCommands() {
        {{"from", true, "first sequence number (default 0: from now on)"},
         {"count", true, "stop after this many events (default 0: never)"}},
        RunWatch},
-      {"evict", "Maintenance",
-       "Evict up to N least-recently-used unpinned blocks", "--pages=N",
-       "radixkvctl evict --pages=1000",
-       "", {{"pages", true, "how many pages to evict (required)"}}, RunEvict},
-      {"clear", "Maintenance",
+      {"evict", maintenance,
+       "Evict up to N least-recently-used unpinned blocks", "",
+       "radixkvctl evict --pages=1000", "",
+       {{"pages", true, "how many pages to evict (required)"}}, RunEvict},
+      {"clear", maintenance,
        "Drop every unpinned cached block (asks for confirmation)", "",
        "radixkvctl clear --yes",
        "Asks \"Clear all unpinned cached blocks? [y/N]\" on a terminal. "

@@ -1,5 +1,6 @@
 // Shared helpers of radixkvctl commands: flag values, namespace and token
-// parsing, the daemon channel and the error -> exit code mapping.
+// parsing, the daemon channel, calls with a deadline, the error -> exit code
+// mapping and result printing.
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -9,7 +10,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/ctl/ctl.h"
+#include "client/ctl/output.h"
+#include "client/status.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "radix/status_macros.h"
@@ -55,8 +60,27 @@ std::shared_ptr<grpc::Channel> Context::Channel() {
   return channel_;
 }
 
-void Context::SetDeadline(grpc::ClientContext* ctx) const {
-  ctx->set_deadline(absl::ToChronoTime(absl::Now() + global.timeout));
+absl::Status CallWithDeadline(UnaryCall call, absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return FromGrpcStatus(call(&context));
+}
+
+int PrintResult(Context& ctx, absl::FunctionRef<std::string()> json_line,
+                absl::FunctionRef<void()> print_text) {
+  if (ctx.json()) {
+    *ctx.out << json_line() << "\n";
+  } else {
+    print_text();
+  }
+  return kExitOk;
+}
+
+int CallAndPrint(Context& ctx, const google::protobuf::Message& response,
+                 UnaryCall call, absl::FunctionRef<void()> print_text) {
+  const absl::Status status = CallWithDeadline(call, ctx.global.timeout);
+  if (!status.ok()) return Fail(ctx, status);
+  return PrintResult(ctx, [&] { return ToJsonLine(response); }, print_text);
 }
 
 int Fail(Context& ctx, const absl::Status& status) {

@@ -1,14 +1,15 @@
 // File: client/ctl/ctl.h
 //
-// The command framework of radixkvctl (etcdctl-like): global options, the
-// per-command flag parser's result (Args), the Command table, exit codes and
-// the helpers shared by the command files.
+// The command framework of radixkvctl (etcdctl-like): global options, a
+// command's parsed flags and arguments (Args), the Command table, exit codes
+// and the helpers shared by the command files.
 //
 //   radixkvctl [--endpoint E] [--timeout D] [-o text|json] <command> [flags] [args]
 //
 // Each command file contributes a list of Command descriptors (name, group,
-// one-line summary, usage, example, flags, run function); main.cc parses the
-// command line against them and prints grouped help.
+// one-line summary, usage, example, flags, run function); main.cc turns them
+// into CLI11 subcommands, parses the command line and prints grouped help.
+// A command that asks the daemon one question goes through CallAndPrint.
 //
 // Thread safety: single-threaded use (one command per process), except the
 // SIGINT handling of `watch`, which is documented there.
@@ -20,13 +21,17 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "google/protobuf/message.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/support/status.h"
 #include "radix/block_key.h"
 
 namespace radixkv::ctl {
@@ -91,8 +96,6 @@ struct Context {
   bool json() const { return global.output == OutputFormat::kJson; }
   // The channel to the daemon, created on first use.
   std::shared_ptr<grpc::Channel> Channel();
-  // Sets the deadline (now + --timeout) on a call context.
-  void SetDeadline(grpc::ClientContext* ctx) const;
 
  private:
   std::shared_ptr<grpc::Channel> channel_;
@@ -100,11 +103,12 @@ struct Context {
 
 struct Command {
   std::string name;
-  std::string group;    // help section
-  std::string summary;  // one line
-  std::string usage;    // arguments after the command name
-  std::string example;  // one or more example lines
-  std::string details;  // optional extra paragraph
+  std::string group;       // help section
+  std::string summary;     // one line
+  std::string positional;  // name of the positional arguments ("TOKENS");
+                           // empty: the command takes none
+  std::string example;     // one or more example lines
+  std::string details;     // optional extra paragraph
   std::vector<FlagSpec> flags;
   int (*run)(Context& ctx) = nullptr;
 };
@@ -118,6 +122,48 @@ std::vector<Command> KeyCommands();    // match explain hash size version
 int Fail(Context& ctx, const absl::Status& status);
 // Prints "Error: <message>" and returns kExitBadArgs.
 int BadArgs(Context& ctx, const std::string& message);
+
+// Writes a command's result to ctx.out: with -o json, `json_line()` and a
+// newline; else `print_text()`. Returns kExitOk.
+int PrintResult(Context& ctx, absl::FunctionRef<std::string()> json_line,
+                absl::FunctionRef<void()> print_text);
+
+// One unary call to the daemon, bound to its stub, request and response:
+// invoked once with the call's context.
+using UnaryCall = absl::FunctionRef<grpc::Status(grpc::ClientContext*)>;
+
+// Runs `call` with a deadline of now + `timeout`; returns its status.
+absl::Status CallWithDeadline(UnaryCall call, absl::Duration timeout);
+
+// The body of a command that asks the daemon one question: runs `call` with
+// the --timeout deadline; a failed call goes through Fail (its "Error:" line
+// and exit code); an answer is printed by PrintResult, as `response` in the
+// protobuf JSON form (ToJsonLine) or by `print_text`. `response` is the
+// message `call` fills.
+int CallAndPrint(Context& ctx, const google::protobuf::Message& response,
+                 UnaryCall call, absl::FunctionRef<void()> print_text);
+
+// The same for a method of a generated stub; `print_text` writes the
+// response to the stream it is given (ctx.out), e.g.
+//   return CallAndPrint(ctx, &v1::Admin::Stub::DumpTree, req, PrintTree);
+template <typename Stub, typename Request, typename Response>
+int CallAndPrint(
+    Context& ctx,
+    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                 Response*),
+    const Request& request,
+    std::type_identity_t<
+        absl::FunctionRef<void(const Response&, std::ostream&)>>
+        print_text) {
+  Stub stub(ctx.Channel());
+  Response response;
+  return CallAndPrint(
+      ctx, response,
+      [&](grpc::ClientContext* call) {
+        return (stub.*method)(call, request, &response);
+      },
+      [&] { print_text(response, *ctx.out); });
+}
 
 // The namespace flags shared by match, explain and hash.
 std::vector<FlagSpec> NamespaceFlags();

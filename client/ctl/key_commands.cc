@@ -6,10 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "client/client.h"
 #include "client/ctl/ctl.h"
 #include "client/ctl/output.h"
-#include "client/status.h"
+#include "nlohmann/json.hpp"
 #include "radixkv/v1/radixkv.grpc.pb.h"
 
 #ifndef RADIXKV_VERSION
@@ -58,25 +59,17 @@ int RunMatch(Context& ctx) {
   v1::MatchRequest req;
   *req.mutable_namespace_() = NamespaceToProto(ns);
   req.mutable_tokens()->Add(tokens.begin(), tokens.end());
-  auto stub = v1::KvCache::NewStub(ctx.Channel());
-  v1::MatchResponse resp;
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
-  absl::Status s = FromGrpcStatus(stub->Match(&call, req, &resp));
-  if (!s.ok()) return Fail(ctx, s);
-  if (ctx.json()) {
-    *ctx.out << ToJsonLine(resp) << "\n";
-    return kExitOk;
-  }
-  *ctx.out << absl::StrFormat(
-      "matched %u of %u blocks: %u of %u tokens cached (%s)%s\n",
-      resp.matched_blocks(), resp.total_blocks(), resp.matched_tokens(),
-      tokens.size(), Percent(resp.matched_tokens(), tokens.size()),
-      tokens.size() % ns.page_size == 0
-          ? ""
-          : absl::StrCat("; the last ", tokens.size() % ns.page_size,
-                         " tokens do not fill a block"));
-  return kExitOk;
+  return CallAndPrint(
+      ctx, &v1::KvCache::Stub::Match, req,
+      [&](const v1::MatchResponse& resp, std::ostream& out) {
+        const size_t tail = tokens.size() % ns.page_size;
+        out << absl::StrFormat(
+            "matched %u of %u blocks: %u of %u tokens cached (%s)%s\n",
+            resp.matched_blocks(), resp.total_blocks(), resp.matched_tokens(),
+            tokens.size(), Percent(resp.matched_tokens(), tokens.size()),
+            tail == 0 ? "" : absl::StrCat("; the last ", tail,
+                                          " tokens do not fill a block"));
+      });
 }
 
 // ---- explain ------------------------------------------------------------------
@@ -93,6 +86,35 @@ const char* StateName(v1::BlockState s) {
   }
 }
 
+void PrintExplain(const v1::ExplainResponse& resp, uint32_t page_size,
+                  std::ostream& out) {
+  out << "namespace " << Hex(resp.namespace_id()) << " ("
+      << (resp.namespace_known() ? "known to the daemon"
+                                 : "never used on this daemon")
+      << "): " << resp.matched_blocks() << " of " << resp.total_blocks()
+      << " blocks cached\n";
+  Table t({"BLOCK", "TOKENS", "KEY", "STATE", "PAGE", "REFS", "AGE", "REASON"});
+  t.AlignRight({0, 4, 5, 6});
+  for (const v1::BlockExplanation& b : resp.blocks()) {
+    const bool cached = b.state() == v1::BLOCK_STATE_CACHED;
+    const uint64_t first = uint64_t{b.index()} * page_size;
+    std::string reason = b.reason();
+    if (b.state() == v1::BLOCK_STATE_WRONG_NAMESPACE &&
+        !b.other_namespace_id().empty()) {
+      absl::StrAppend(&reason, reason.empty() ? "" : " ", "(cached under ",
+                      Hex(b.other_namespace_id(), 12), ")");
+    }
+    t.AddRow({absl::StrCat(b.index()),
+              absl::StrCat(first, "-", first + page_size - 1),
+              Hex(b.key(), 16) + "..", StateName(b.state()),
+              cached ? absl::StrCat(b.page()) : "-",
+              cached ? absl::StrCat(b.refcount()) : "-",
+              cached ? HumanDuration(b.age_seconds()) : "-",
+              reason.empty() ? "-" : reason});
+  }
+  t.Print(out);
+}
+
 int RunExplain(Context& ctx) {
   NamespaceSpec ns;
   std::vector<uint32_t> tokens;
@@ -101,42 +123,10 @@ int RunExplain(Context& ctx) {
   v1::ExplainRequest req;
   *req.mutable_namespace_() = NamespaceToProto(ns);
   req.mutable_tokens()->Add(tokens.begin(), tokens.end());
-  auto stub = v1::Admin::NewStub(ctx.Channel());
-  v1::ExplainResponse resp;
-  grpc::ClientContext call;
-  ctx.SetDeadline(&call);
-  absl::Status s = FromGrpcStatus(stub->Explain(&call, req, &resp));
-  if (!s.ok()) return Fail(ctx, s);
-  if (ctx.json()) {
-    *ctx.out << ToJsonLine(resp) << "\n";
-    return kExitOk;
-  }
-  *ctx.out << "namespace " << Hex(resp.namespace_id()) << " ("
-           << (resp.namespace_known() ? "known to the daemon"
-                                      : "never used on this daemon")
-           << "): " << resp.matched_blocks() << " of " << resp.total_blocks()
-           << " blocks cached\n";
-  Table t({"BLOCK", "TOKENS", "KEY", "STATE", "PAGE", "REFS", "AGE", "REASON"});
-  t.AlignRight({0, 4, 5, 6});
-  for (const v1::BlockExplanation& b : resp.blocks()) {
-    const bool cached = b.state() == v1::BLOCK_STATE_CACHED;
-    const uint64_t first = uint64_t{b.index()} * ns.page_size;
-    std::string reason = b.reason();
-    if (b.state() == v1::BLOCK_STATE_WRONG_NAMESPACE &&
-        !b.other_namespace_id().empty()) {
-      absl::StrAppend(&reason, reason.empty() ? "" : " ", "(cached under ",
-                      Hex(b.other_namespace_id(), 12), ")");
-    }
-    t.AddRow({absl::StrCat(b.index()),
-              absl::StrCat(first, "-", first + ns.page_size - 1),
-              Hex(b.key(), 16) + "..", StateName(b.state()),
-              cached ? absl::StrCat(b.page()) : "-",
-              cached ? absl::StrCat(b.refcount()) : "-",
-              cached ? HumanDuration(b.age_seconds()) : "-",
-              reason.empty() ? "-" : reason});
-  }
-  t.Print(*ctx.out);
-  return kExitOk;
+  return CallAndPrint(ctx, &v1::Admin::Stub::Explain, req,
+                      [&](const v1::ExplainResponse& resp, std::ostream& out) {
+                        PrintExplain(resp, ns.page_size, out);
+                      });
 }
 
 // ---- hash ---------------------------------------------------------------------
@@ -149,31 +139,31 @@ int RunHash(Context& ctx) {
   const BlockKey root = NamespaceRoot(ns);
   const std::vector<BlockKey> keys =
       ComputeBlockKeys(root, ns.page_size, tokens);
-  if (ctx.json()) {
-    std::string line = absl::StrCat(
-        "{\"block_key_version\":", kBlockKeyVersion, ",\"namespace_id\":\"",
-        root.ToHex(), "\",\"page_size\":", ns.page_size,
-        ",\"tokens\":", tokens.size(), ",\"block_keys\":[");
+  auto json = [&] {
+    nlohmann::ordered_json j;
+    j["block_key_version"] = kBlockKeyVersion;
+    j["namespace_id"] = root.ToHex();
+    j["page_size"] = ns.page_size;
+    j["tokens"] = tokens.size();
+    j["block_keys"] = nlohmann::ordered_json::array();
+    for (const BlockKey& key : keys) j["block_keys"].push_back(key.ToHex());
+    return j.dump();
+  };
+  return PrintResult(ctx, json, [&] {
+    *ctx.out << "namespace  " << root.ToHex() << "\n";
+    Table t({"BLOCK", "TOKENS", "KEY"});
+    t.AlignRight({0});
     for (size_t i = 0; i < keys.size(); ++i) {
-      absl::StrAppend(&line, i ? "," : "", "\"", keys[i].ToHex(), "\"");
+      t.AddRow({absl::StrCat(i),
+                absl::StrCat(i * ns.page_size, "-", (i + 1) * ns.page_size - 1),
+                keys[i].ToHex()});
     }
-    *ctx.out << line << "]}\n";
-    return kExitOk;
-  }
-  *ctx.out << "namespace  " << root.ToHex() << "\n";
-  Table t({"BLOCK", "TOKENS", "KEY"});
-  t.AlignRight({0});
-  for (size_t i = 0; i < keys.size(); ++i) {
-    t.AddRow({absl::StrCat(i),
-              absl::StrCat(i * ns.page_size, "-", (i + 1) * ns.page_size - 1),
-              keys[i].ToHex()});
-  }
-  t.Print(*ctx.out);
-  if (tokens.size() % ns.page_size != 0) {
-    *ctx.out << "(the last " << tokens.size() % ns.page_size
-             << " tokens do not fill a block and have no key)\n";
-  }
-  return kExitOk;
+    t.Print(*ctx.out);
+    if (tokens.size() % ns.page_size != 0) {
+      *ctx.out << "(the last " << tokens.size() % ns.page_size
+               << " tokens do not fill a block and have no key)\n";
+    }
+  });
 }
 
 // ---- size ---------------------------------------------------------------------
@@ -208,68 +198,73 @@ int RunSize(Context& ctx) {
   const uint64_t bytes = static_cast<uint64_t>(bytes128);
   const uint64_t page_bytes = static_cast<uint64_t>(page128);
   const uint64_t pages = (*tokens + *page - 1) / *page;
-  if (ctx.json()) {
-    *ctx.out << absl::StrCat("{\"bytes\":", bytes, ",\"pages\":", pages,
-                             ",\"page_bytes\":", page_bytes,
-                             ",\"bytes_per_token\":", per_token,
-                             ",\"tokens\":", *tokens, ",\"page_size\":", *page,
-                             "}\n");
-    return kExitOk;
-  }
-  KeyValueList kv;
-  kv.Add("kv bytes", absl::StrCat(HumanBytes(bytes), " (", bytes, " B)"));
-  kv.Add("per token", absl::StrCat(HumanBytes(per_token), " (", *layers,
-                                   " layers x 2 x ", *heads, " kv heads x ",
-                                   *dim, " dims x ", elem, " B)"));
-  kv.Add("pages", absl::StrCat(pages, " of ", *page, " tokens"));
-  kv.Add("page bytes", HumanBytes(page_bytes));
-  kv.Add("pool bytes", absl::StrCat(HumanBytes(pages * page_bytes),
-                                    " (whole pages)"));
-  kv.Print(*ctx.out);
-  return kExitOk;
+  auto json = [&] {
+    nlohmann::ordered_json j;
+    j["bytes"] = bytes;
+    j["pages"] = pages;
+    j["page_bytes"] = page_bytes;
+    j["bytes_per_token"] = per_token;
+    j["tokens"] = *tokens;
+    j["page_size"] = *page;
+    return j.dump();
+  };
+  return PrintResult(ctx, json, [&] {
+    KeyValueList kv;
+    kv.Add("kv bytes", absl::StrCat(HumanBytes(bytes), " (", bytes, " B)"));
+    kv.Add("per token", absl::StrCat(HumanBytes(per_token), " (", *layers,
+                                     " layers x 2 x ", *heads, " kv heads x ",
+                                     *dim, " dims x ", elem, " B)"));
+    kv.Add("pages", absl::StrCat(pages, " of ", *page, " tokens"));
+    kv.Add("page bytes", HumanBytes(page_bytes));
+    kv.Add("pool bytes", absl::StrCat(HumanBytes(pages * page_bytes),
+                                      " (whole pages)"));
+    kv.Print(*ctx.out);
+  });
 }
 
 // ---- version --------------------------------------------------------------------
 
 int RunVersion(Context& ctx) {
   std::string daemon;
-  auto stub = v1::Admin::NewStub(ctx.Channel());
+  v1::Admin::Stub stub(ctx.Channel());
   v1::GetStatsResponse resp;
-  grpc::ClientContext call;
-  call.set_deadline(absl::ToChronoTime(
-      absl::Now() + std::min(ctx.global.timeout, absl::Seconds(1))));
-  if (stub->GetStats(&call, v1::GetStatsRequest(), &resp).ok()) {
-    daemon = resp.stats().version();
-  }
-  if (ctx.json()) {
-    *ctx.out << "{\"version\":\"" << RADIXKV_VERSION
-             << "\",\"block_key_version\":" << kBlockKeyVersion
-             << ",\"daemon_version\":\"" << daemon << "\"}\n";
-    return kExitOk;
-  }
-  KeyValueList kv;
-  kv.Add("radixkvctl", RADIXKV_VERSION);
-  kv.Add("block keys", absl::StrCat("v", kBlockKeyVersion));
-  kv.Add("radixkvd", daemon.empty() ? "(not reachable)" : daemon);
-  kv.Print(*ctx.out);
-  return kExitOk;
+  const absl::Status status = CallWithDeadline(
+      [&](grpc::ClientContext* call) {
+        return stub.GetStats(call, v1::GetStatsRequest(), &resp);
+      },
+      std::min(ctx.global.timeout, absl::Seconds(1)));
+  if (status.ok()) daemon = resp.stats().version();
+  auto json = [&] {
+    nlohmann::ordered_json j;
+    j["version"] = RADIXKV_VERSION;
+    j["block_key_version"] = kBlockKeyVersion;
+    j["daemon_version"] = daemon;
+    return j.dump();
+  };
+  return PrintResult(ctx, json, [&] {
+    KeyValueList kv;
+    kv.Add("radixkvctl", RADIXKV_VERSION);
+    kv.Add("block keys", absl::StrCat("v", kBlockKeyVersion));
+    kv.Add("radixkvd", daemon.empty() ? "(not reachable)" : daemon);
+    kv.Print(*ctx.out);
+  });
 }
 
 }  // namespace
 
 std::vector<Command> KeyCommands() {
+  const std::string keys = "Prompts and keys";
+  // name, group, summary, positional, example, details, flags, run
   return {
-      {"match", "Prompts and keys",
-       "How much of a prompt is cached (read-only, no session)",
-       "TOKENS... | --file=PATH",
+      {"match", keys, "How much of a prompt is cached (read-only, no session)",
+       "TOKENS",
        "radixkvctl match --model=llama --layers=32 --kv-heads=8 --head-dim=128 "
        "--dtype=bf16 1 2 3 4\nradixkvctl match --model=llama --layers=32 "
        "--kv-heads=8 --head-dim=128 --dtype=bf16 --file=prompt.txt -o json",
        "Tokens are ids: separate arguments, comma lists, or --file.",
        PromptFlags(), RunMatch},
-      {"explain", "Prompts and keys",
-       "Per block of a prompt: cached or not, and why not",
-       "TOKENS... | --file=PATH",
+      {"explain", keys, "Per block of a prompt: cached or not, and why not",
+       "TOKENS",
        "radixkvctl explain --model=llama --layers=32 --kv-heads=8 "
        "--head-dim=128 --dtype=bf16 --file=prompt.txt",
        "States: cached, not-present (never cached), evicted (dropped for "
@@ -277,16 +272,15 @@ std::vector<Command> KeyCommands() {
        "another model/LoRA/salt/layout), parent-missing (an earlier block is "
        "not cached, so this one cannot hit).",
        PromptFlags(), RunExplain},
-      {"hash", "Prompts and keys",
-       "Block keys of a token list for a namespace (offline)",
-       "TOKENS... | --file=PATH",
+      {"hash", keys, "Block keys of a token list for a namespace (offline)",
+       "TOKENS",
        "radixkvctl hash --model=llama --layers=32 --kv-heads=8 --head-dim=128 "
        "--dtype=bf16 --page-size=4 1 2 3 4 5 6 7 8",
        "Prints the namespace root and one key per full block, per the "
-       "block-key contract v1 (DESIGN.md section 3); needs no daemon. With "
-       "-o json keys are 32 lowercase hex digits.",
+       "block-key contract v1 (docs/CONTRACTS.md section 1); needs no daemon. "
+       "With -o json keys are 32 lowercase hex digits.",
        PromptFlags(), RunHash},
-      {"size", "Prompts and keys",
+      {"size", keys,
        "KV-cache bytes of a token count for a model layout (offline)", "",
        "radixkvctl size --layers=24 --kv-heads=8 --head-dim=64 --dtype=fp16 "
        "--tokens=4096",
@@ -299,7 +293,7 @@ std::vector<Command> KeyCommands() {
         {"tokens", true, "token count (required)"},
         {"page-size", true, "tokens per page (default 16)"}},
        RunSize},
-      {"version", "Prompts and keys",
+      {"version", keys,
        "Print radixkvctl's version (and the daemon's when reachable)", "",
        "radixkvctl version", "", {}, RunVersion},
   };

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 
 namespace radixkv::ctl {
 namespace {
@@ -84,8 +85,10 @@ std::string ToJsonLine(const google::protobuf::Message& message) {
   std::string out;
   auto status = google::protobuf::util::MessageToJsonString(message, &out, options);
   if (!status.ok()) {
-    return absl::StrCat("{\"error\":\"cannot print ",
-                        message.GetTypeName(), " as JSON\"}");
+    nlohmann::ordered_json error;
+    error["error"] =
+        absl::StrCat("cannot print ", message.GetTypeName(), " as JSON");
+    return error.dump();
   }
   return out;
 }

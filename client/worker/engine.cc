@@ -21,7 +21,7 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 // Device pages (a cuda pool) are written by the model's CUDA path, which
 // synchronises its stream before returning; host pages by the CPU write_kv
 // from the host copy of the local cache. Either way the K/V are complete
-// when this returns OK, so the caller may Commit (DESIGN.md §5).
+// when this returns OK, so the caller may Commit (docs/CONTRACTS.md §2).
 absl::Status WriteBlocks(const Model& model, const LocalKv& local,
                          uint32_t local_base, uint32_t first_block, uint32_t n,
                          const CacheLease& lease, size_t page_index) {

@@ -99,45 +99,42 @@ class LocalPrefixCache final : public PrefixCache {
                    std::shared_ptr<uint8_t> device_pool)
       : ns_(ns),
         page_bytes_(ns.PageBytes()),
-        tree_(RadixTreeOptions{.capacity_pages = capacity_pages,
-                               .max_page_size = ns.page_size}),
+        capacity_pages_(capacity_pages),
         pool_(device_pool ? 0 : page_bytes_ * capacity_pages),
         device_pool_(std::move(device_pool)) {}
 
   absl::Status Init() {
-    ASSIGN_OR_RETURN(ns_id_, tree_.RegisterNamespace(ns_));
-    root_ = tree_.namespace_root(ns_id_);
+    ASSIGN_OR_RETURN(tree_,
+                     RadixTree::Create({.capacity_pages = capacity_pages_,
+                                        .max_page_size = ns_.page_size}));
+    ASSIGN_OR_RETURN(ns_id_, tree_->RegisterNamespace(ns_));
     return absl::OkStatus();
   }
 
   absl::StatusOr<std::unique_ptr<CacheLease>> Acquire(
       absl::Span<const uint32_t> tokens, bool allocate) override {
-    const std::vector<BlockKey> keys =
-        ComputeBlockKeys(root_, ns_.page_size, tokens);
-    AcquireRequest req;
-    req.ns = ns_id_;
-    req.keys = keys;
-    req.tokens = tokens.subspan(0, keys.size() * ns_.page_size);
-    req.allocate = allocate;
-    ASSIGN_OR_RETURN(AcquireResult r, tree_.Acquire(req));
+    ASSIGN_OR_RETURN(AcquireResult r,
+                     tree_->Acquire({.ns = ns_id_,
+                                     .tokens = tokens,
+                                     .allocate = allocate}));
     const bool device = device_pool_ != nullptr;
     return std::unique_ptr<CacheLease>(
-        new LocalLease(&tree_, device ? device_pool_.get() : pool_.data(),
+        new LocalLease(tree_.get(), device ? device_pool_.get() : pool_.data(),
                        page_bytes_, device, std::move(r)));
   }
   std::string Describe() const override {
-    return absl::StrCat("local (", tree_.GetStats().capacity_pages, " pages",
+    return absl::StrCat("local (", capacity_pages_, " pages",
                         device_pool_ ? ", device" : "", ")");
   }
 
  private:
   const NamespaceSpec ns_;
   const uint64_t page_bytes_;
-  RadixTree tree_;
+  const uint32_t capacity_pages_;
+  std::unique_ptr<RadixTree> tree_;  // set by Init
   std::vector<uint8_t> pool_;
   std::shared_ptr<uint8_t> device_pool_;  // set: pages in device memory
   NamespaceId ns_id_ = 0;
-  BlockKey root_;
 };
 
 // ---------------------------------------------------------------------------

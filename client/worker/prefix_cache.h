@@ -5,17 +5,19 @@
 //
 //   NoPrefixCache       always a miss, no pages (full prefills; the "no
 //                       cache" baseline).
-//   LocalPrefixCache    in-process: a radix::RadixTree over a host-memory
-//                       page array (benchmarks and tests with no daemon).
-//   DaemonPrefixCache   radixd through radixkv::Client, pages in the mapped
-//                       host pool; degrades to a miss while the daemon is
-//                       away (the client's degraded leases).
+//   LocalPrefixCache    in-process: a RadixTree over a page array in host
+//                       memory, or device memory for a model on CUDA
+//                       (benchmarks and tests with no daemon).
+//   DaemonPrefixCache   radixkvd through radixkv::Client, pages in the
+//                       mapped pool (host, or cuda for a model on CUDA);
+//                       degrades to a miss while the daemon is away (the
+//                       client's degraded leases).
 //
 // A CacheLease pins the matched prefix and owns the pages allocated for the
-// next full blocks, exactly as a daemon lease does (DESIGN.md §7): pages
-// [0, matched_blocks) hold cached K/V, pages [matched_blocks, matched_blocks
-// + new_blocks) are for the worker to write, then Commit. A lease that is
-// destroyed while held is released.
+// next full blocks, exactly as a daemon lease does (docs/CONTRACTS.md §4,
+// Acquire): pages [0, matched_blocks) hold cached K/V, pages
+// [matched_blocks, matched_blocks + new_blocks) are for the worker to
+// write, then Commit. A lease that is destroyed while held is released.
 //
 // Thread safety: a PrefixCache may be shared by threads (each
 // implementation documents its locking); a CacheLease belongs to one

@@ -13,20 +13,22 @@
 // same tokens. `bench` measures time to first token uncached vs with the
 // first P tokens cached (in-process cache) and prints one JSON object.
 //
+// The command line is parsed by CLI11 (`radixkv-worker --help-all` lists
+// every flag); JSON output is built with nlohmann_json.
+//
 // Exit codes: 0 ok, 1 error, 3 bad arguments.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <random>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -37,6 +39,7 @@
 #include "client/worker/model.h"
 #include "client/worker/prefix_cache.h"
 #include "gpu/kv_parallel.h"
+#include "nlohmann/json.hpp"
 #include "radix/status_macros.h"
 #include "radixkv/defaults.h"
 
@@ -46,124 +49,224 @@ namespace {
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 3;
 
-constexpr char kUsage[] =
-    "Usage:\n"
-    "  radixkv-worker run (--prompts FILE | --text FILE) [flags]\n"
-    "      Serve prompts through radixkvd: prefill only the uncached suffix,\n"
-    "      decode greedily, commit new full blocks. FILE: one prompt per line\n"
-    "      (--prompts: token ids separated by spaces or commas; --text: each\n"
-    "      line's bytes are its tokens).\n"
-    "      --decode=N            tokens to generate per prompt (default 16)\n"
-    "      --commit-generated    also commit full blocks of generated tokens\n"
-    "      --no-cache            do not contact the daemon (full prefills)\n"
-    "      --endpoint=E          radixkvd endpoint (default: the daemon's\n"
-    "                            default socket, as radixkvctl)\n"
-    "      --timeout=D           deadline of each call, e.g. 5s (default 5s)\n"
-    "      --json                one JSON object per prompt\n"
-    "  radixkv-worker bench [flags]\n"
-    "      Time to first token of one prompt uncached vs with its first P\n"
-    "      tokens cached (in-process cache, in device memory on cuda);\n"
-    "      prints one JSON object.\n"
-    "      --prefix-tokens=P (default 1856)  --suffix-tokens=S (default 192)\n"
-    "      --repeat=R  best of R timed runs each (default 5)\n"
-    "  Model flags (both commands):\n"
-    "      --model=tiny|small|base (run: tiny, bench: small)\n"
-    "      --device=auto|cpu|cuda  where forward passes run (default auto:\n"
-    "                            cuda when a device and cuBLAS are present)\n"
-    "      --layers --d-model --q-heads --kv-heads --head-dim --ffn --vocab\n"
-    "      --page-size --seed --tied     override the named size\n"
-    "Exit codes: 0 ok, 1 error, 3 bad arguments.\n";
+constexpr char kDescription[] =
+    "radixkv-worker: the reference worker of radixkv, a small deterministic\n"
+    "transformer that serves prompts through radixkvd and prefills only the\n"
+    "part of each prompt that is not cached.";
 
-struct Args {
-  std::string command;
-  std::map<std::string, std::string> flags;  // name -> value ("" for bools)
-};
+constexpr char kFooter[] =
+    "Exit codes: 0 ok, 1 error, 3 bad arguments (unknown flag, bad value, a\n"
+    "prompt file that cannot be read or holds a token >= vocab).\n"
+    "Environment: RADIXKV_THREADS=N caps the CPU threads (default: all "
+    "cores).\n"
+    "Run 'radixkv-worker <command> --help' for a command's flags, or\n"
+    "'radixkv-worker --help-all' for all of them.";
 
-const char* const kBoolFlags[] = {"commit-generated", "no-cache", "json",
-                                  "tied", "help"};
-
-bool IsBoolFlag(const std::string& name) {
-  for (const char* b : kBoolFlags)
-    if (name == b) return true;
-  return false;
-}
-
-absl::StatusOr<Args> ParseArgs(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    if (s.rfind("--", 0) != 0) {
-      if (!a.command.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("unexpected argument ", s));
-      }
-      a.command = s;
-      continue;
-    }
-    s = s.substr(2);
-    std::string name = s, value;
-    const size_t eq = s.find('=');
-    if (eq != std::string::npos) {
-      name = s.substr(0, eq);
-      value = s.substr(eq + 1);
-    } else if (!IsBoolFlag(name)) {
-      if (i + 1 >= argc) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-      }
-      value = argv[++i];
-    }
-    a.flags[name] = value;
-  }
-  return a;
-}
-
-class Flags {
+// CLI11's help layout with one blank line after the description and between
+// flag groups.
+class HelpFormatter : public CLI::Formatter {
  public:
-  explicit Flags(std::map<std::string, std::string> f) : f_(std::move(f)) {}
-  bool Has(const std::string& n) { used_.insert(n); return f_.count(n) > 0; }
-  std::string Str(const std::string& n, const std::string& def) {
-    return Has(n) ? f_[n] : def;
-  }
-  absl::StatusOr<uint32_t> U32(const std::string& n, uint32_t def) {
-    if (!Has(n)) return def;
-    uint32_t v;
-    if (!absl::SimpleAtoi(f_[n], &v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", n, "=", f_[n], ": want a non-negative integer"));
-    }
-    return v;
-  }
-  // Flags given but never asked for.
-  absl::Status CheckAllUsed() const {
-    for (const auto& [name, value] : f_) {
-      if (!used_.count(name)) {
-        return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+  std::string make_help(const CLI::App* app, std::string name,
+                        CLI::AppFormatMode mode) const override {
+    if (mode == CLI::AppFormatMode::Sub) return make_expanded(app);
+    std::string out = app->get_description() + "\n\n" + make_usage(app, name) +
+                      make_positionals(app);
+    for (const std::string& group : app->get_groups()) {
+      std::vector<const CLI::Option*> options = app->get_options(
+          [&](const CLI::Option* o) {
+            return o->get_group() == group && o->nonpositional();
+          });
+      if (!group.empty() && !options.empty()) {
+        out += make_group(group, false, options);
       }
     }
-    return absl::OkStatus();
+    return out + make_subcommands(app, mode) + "\n" + make_footer(app);
   }
-
- private:
-  std::map<std::string, std::string> f_;
-  std::set<std::string> used_;
 };
 
-absl::StatusOr<ModelConfig> ModelFromFlags(Flags& f, const std::string& def) {
-  ASSIGN_OR_RETURN(ModelConfig c, NamedModelConfig(f.Str("model", def)));
-  ASSIGN_OR_RETURN(c.num_layers, f.U32("layers", c.num_layers));
-  ASSIGN_OR_RETURN(c.d_model, f.U32("d-model", c.d_model));
-  ASSIGN_OR_RETURN(c.num_q_heads, f.U32("q-heads", c.num_q_heads));
-  ASSIGN_OR_RETURN(c.num_kv_heads, f.U32("kv-heads", c.num_kv_heads));
-  ASSIGN_OR_RETURN(c.head_dim, f.U32("head-dim", c.head_dim));
-  ASSIGN_OR_RETURN(c.ffn_dim, f.U32("ffn", c.ffn_dim));
-  ASSIGN_OR_RETURN(c.vocab, f.U32("vocab", c.vocab));
-  ASSIGN_OR_RETURN(c.page_size, f.U32("page-size", c.page_size));
-  uint32_t seed;
-  ASSIGN_OR_RETURN(seed, f.U32("seed", static_cast<uint32_t>(c.seed)));
-  c.seed = seed;
-  if (f.Has("tied")) c.tied_embeddings = true;
-  if (absl::Status s = c.Validate(); !s.ok()) return s;
+// ---- flag values ----------------------------------------------------------------
+
+// A decimal integer. CLI11 alone would also take 0x10, and read 010 as
+// octal: leading zeros are dropped before it converts the value.
+const CLI::Validator kDecimal(
+    [](std::string& value) -> std::string {
+      if (value.empty() ||
+          !std::all_of(value.begin(), value.end(),
+                       [](unsigned char c) { return std::isdigit(c) != 0; })) {
+        return value + ": want a non-negative integer";
+      }
+      value.erase(0, std::min(value.find_first_not_of('0'), value.size() - 1));
+      return "";
+    },
+    "");
+
+// A positive duration as absl::ParseDuration reads it ("5s", "500ms").
+const CLI::Validator kDuration(
+    [](std::string& value) -> std::string {
+      absl::Duration d;
+      if (absl::ParseDuration(value, &d) && d > absl::ZeroDuration()) return "";
+      return value + ": want a positive duration such as 5s or 500ms";
+    },
+    "");
+
+// Adds a uint32 flag with its default shown in help.
+CLI::Option* AddUint(CLI::App* cmd, const std::string& name, uint32_t* value,
+                     const std::string& help) {
+  return cmd->add_option(name, *value, help)
+      ->transform(kDecimal)
+      ->capture_default_str();
+}
+
+// The model flags of both commands: a named size, per-field overrides and the
+// device. The overrides apply only when given.
+struct ModelFlags {
+  struct Override {
+    const char* flag;
+    const char* help;
+    uint32_t ModelConfig::*field;
+    uint32_t value = 0;
+    CLI::Option* option = nullptr;
+  };
+  std::string model;
+  std::string device = "auto";
+  bool tied = false;
+  uint32_t seed = 0;
+  CLI::Option* seed_option = nullptr;
+  std::vector<Override> overrides;
+};
+
+void AddModelFlags(CLI::App* cmd, const std::string& default_model,
+                   ModelFlags* f) {
+  constexpr char kOverrides[] = "Model overrides (of the named size)";
+  f->model = default_model;
+  cmd->add_option("--model", f->model, "named size (see client/worker/README.md)")
+      ->check(CLI::IsMember({"tiny", "small", "base"}))
+      ->capture_default_str()
+      ->group("Model");
+  cmd->add_option("--device", f->device,
+                  "where forward passes run (auto: cuda when a device\n"
+                  "and cuBLAS are present, else cpu)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str()
+      ->group("Model");
+  f->overrides = {
+      {"--layers", "number of layers", &ModelConfig::num_layers},
+      {"--d-model", "hidden size", &ModelConfig::d_model},
+      {"--q-heads", "query heads", &ModelConfig::num_q_heads},
+      {"--kv-heads", "KV heads", &ModelConfig::num_kv_heads},
+      {"--head-dim", "head dimension (even)", &ModelConfig::head_dim},
+      {"--ffn", "MLP hidden size", &ModelConfig::ffn_dim},
+      {"--vocab", "vocabulary size", &ModelConfig::vocab},
+      {"--page-size", "tokens per cached block", &ModelConfig::page_size},
+  };
+  for (ModelFlags::Override& o : f->overrides) {
+    o.option = cmd->add_option(o.flag, o.value, o.help)
+                   ->transform(kDecimal)
+                   ->group(kOverrides);
+  }
+  f->seed_option = cmd->add_option("--seed", f->seed, "weight seed")
+                       ->transform(kDecimal)
+                       ->group(kOverrides);
+  cmd->add_flag("--tied", f->tied, "tie the output head to the embedding")
+      ->group(kOverrides);
+}
+
+absl::StatusOr<ModelConfig> ModelFromFlags(const ModelFlags& f) {
+  ASSIGN_OR_RETURN(ModelConfig c, NamedModelConfig(f.model));
+  for (const ModelFlags::Override& o : f.overrides) {
+    if (o.option->count() > 0) c.*o.field = o.value;
+  }
+  if (f.seed_option->count() > 0) c.seed = f.seed;
+  if (f.tied) c.tied_embeddings = true;
+  RETURN_IF_ERROR(c.Validate());
   return c;
 }
+
+struct RunFlags {
+  ModelFlags model;
+  std::string prompts;
+  std::string text;
+  CLI::Option* prompts_option = nullptr;
+  CLI::Option* text_option = nullptr;
+  uint32_t decode = 16;
+  bool commit_generated = false;
+  bool no_cache = false;
+  bool json = false;
+  std::string endpoint;
+  std::string timeout = "5s";
+};
+
+CLI::App* AddRunCommand(CLI::App& app, RunFlags* f) {
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Serve prompts through radixkvd, reusing their cached prefixes");
+  cmd->footer(
+      "Per prompt: prefill only the uncached suffix, decode greedily, commit\n"
+      "the new full blocks.\n"
+      "FILE holds one prompt per line: --prompts, token ids separated by\n"
+      "spaces or commas; --text, each line's bytes are its tokens.\n"
+      "Without a daemon (or with --no-cache) every prompt is prefilled in\n"
+      "full and the output tokens are the same.\n\n"
+      "Example:\n"
+      "  radixkv-worker run --text prompt.txt --model small --decode 16");
+  f->prompts_option =
+      cmd->add_option("--prompts", f->prompts, "prompts as token ids")
+          ->type_name("FILE")
+          ->group("Input (one of)");
+  f->text_option = cmd->add_option("--text", f->text, "prompts as text")
+                       ->type_name("FILE")
+                       ->group("Input (one of)");
+  AddUint(cmd, "--decode", &f->decode, "tokens to generate per prompt (>= 1)");
+  cmd->add_flag("--commit-generated", f->commit_generated,
+                "also commit full blocks of generated tokens");
+  cmd->add_flag("--json", f->json, "one JSON object per prompt");
+  cmd->add_flag("--no-cache", f->no_cache,
+                "do not contact the daemon (full prefills)")
+      ->group("Daemon");
+  cmd->add_option("--endpoint", f->endpoint,
+                  "radixkvd endpoint, as radixkvctl's (default: the\n"
+                  "daemon's default socket)")
+      ->type_name("E")
+      ->group("Daemon");
+  cmd->add_option("--timeout", f->timeout, "deadline of each call, e.g. 5s")
+      ->type_name("D")
+      ->check(kDuration)
+      ->capture_default_str()
+      ->group("Daemon");
+  AddModelFlags(cmd, "tiny", &f->model);
+  return cmd;
+}
+
+struct BenchFlags {
+  ModelFlags model;
+  uint32_t prefix_tokens = 1856;
+  uint32_t suffix_tokens = 192;
+  uint32_t repeat = 5;
+  bool json = false;
+};
+
+CLI::App* AddBenchCommand(CLI::App& app, BenchFlags* f) {
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Time to first token uncached vs with a cached prefix (JSON)");
+  cmd->footer(
+      "Times one random prompt of P + S tokens uncached and with its first P\n"
+      "tokens cached (in-process cache, in device memory on cuda), best of R\n"
+      "runs each, and prints one JSON object.\n"
+      "Keys: model, device, prefix_tokens, suffix_tokens, matched_tokens,\n"
+      "ttft_uncached_s, ttft_cached_s, speedup, ideal_speedup,\n"
+      "fraction_of_ideal, max_abs_logit_diff, threads, repeat, parameters.\n\n"
+      "Example:\n"
+      "  radixkv-worker bench --device cpu --model small --prefix-tokens 1856 "
+      "--suffix-tokens 192");
+  AddUint(cmd, "--prefix-tokens", &f->prefix_tokens, "cached prompt tokens (P)");
+  AddUint(cmd, "--suffix-tokens", &f->suffix_tokens,
+          "uncached prompt tokens (S, >= 1)");
+  AddUint(cmd, "--repeat", &f->repeat, "best of R timed runs each (>= 1)");
+  cmd->add_flag("--json", f->json, "accepted; the output is JSON either way");
+  AddModelFlags(cmd, "small", &f->model);
+  return cmd;
+}
+
+// ---- commands ---------------------------------------------------------------------
 
 absl::StatusOr<std::vector<std::vector<uint32_t>>> ReadPrompts(
     const std::string& path, bool text, uint32_t vocab) {
@@ -222,116 +325,146 @@ int Fail(const absl::Status& s) {
              : kExitError;
 }
 
-int RunCommand(Flags& f) {
-  absl::StatusOr<ModelConfig> config = ModelFromFlags(f, "tiny");
+// The prefix cache of `run`: none with --no-cache, else radixkvd through a
+// client (stored in *client, which must outlive the cache). A daemon that
+// does not answer is a note on stderr: the cache then degrades to misses.
+absl::StatusOr<std::unique_ptr<PrefixCache>> OpenCache(
+    const RunFlags& f, const ModelConfig& config, absl::Duration timeout,
+    bool on_cuda, std::unique_ptr<Client>* client) {
+  if (f.no_cache) return NewNoPrefixCache();
+  ClientOptions options;
+  options.endpoint = f.endpoint.empty() ? DefaultSocketPath() : f.endpoint;
+  options.call_timeout = timeout;
+  options.connect_timeout = timeout;
+  options.initial_wait = timeout;
+  options.ns = config.Namespace();
+  options.client_name = "radixkv-worker";
+  options.attach_pool = true;
+  ASSIGN_OR_RETURN(*client, Client::Create(options));
+  if (!(*client)->connected()) {
+    std::cerr << "radixkv-worker: no session with radixkvd at "
+              << options.endpoint << " ("
+              << (*client)->state().last_error.message()
+              << "); prefilling without the cache\n";
+  }
+  return NewDaemonPrefixCache(client->get(), /*accept_device_pages=*/on_cuda);
+}
+
+// `v` rounded to `decimals` places: the JSON number stays short.
+double Rounded(double v, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(v * scale) / scale;
+}
+
+void PrintRunResult(size_t prompt, const RunResult& r, const RunFlags& f) {
+  if (f.json) {
+    nlohmann::ordered_json j;
+    j["prompt"] = prompt;
+    j["tokens"] = r.prompt_tokens;
+    j["matched_tokens"] = r.matched_tokens;
+    j["cache"] = f.no_cache ? "none" : (r.cache_degraded ? "degraded" : "daemon");
+    j["ttft_s"] = Rounded(r.ttft_s, 6);
+    j["decode_tokens_per_s"] = Rounded(r.decode_tokens_per_s, 2);
+    j["committed_blocks"] = r.committed_blocks;
+    j["committed_generated_blocks"] = r.committed_generated_blocks;
+    j["generated"] = r.generated;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf(
+        "prompt %zu: tokens=%u matched=%u%s ttft=%.2fms decode=%.1f tok/s "
+        "committed=%u generated: %s\n",
+        prompt, r.prompt_tokens, r.matched_tokens,
+        r.cache_degraded ? " (cache unavailable)" : "", r.ttft_s * 1e3,
+        r.decode_tokens_per_s, r.committed_blocks,
+        absl::StrJoin(r.generated, " ").c_str());
+  }
+  std::fflush(stdout);
+}
+
+int RunCommand(const RunFlags& f) {
+  absl::StatusOr<ModelConfig> config = ModelFromFlags(f.model);
   if (!config.ok()) return Fail(config.status());
-  absl::StatusOr<Device> device = ParseDevice(f.Str("device", "auto"));
+  absl::StatusOr<Device> device = ParseDevice(f.model.device);
   if (!device.ok()) return Fail(device.status());
-  const bool text = f.Has("text");
-  if (text == f.Has("prompts")) {
+  const bool text = f.text_option->count() > 0;
+  if (text == (f.prompts_option->count() > 0)) {
     return Fail(absl::InvalidArgumentError("give exactly one of --prompts and --text"));
   }
-  absl::StatusOr<uint32_t> decode = f.U32("decode", 16);
-  if (!decode.ok()) return Fail(decode.status());
-  if (*decode == 0) return Fail(absl::InvalidArgumentError("--decode must be >= 1"));
-  const bool json = f.Has("json");
-  const bool no_cache = f.Has("no-cache");
-  const bool commit_generated = f.Has("commit-generated");
-  const std::string endpoint = f.Str("endpoint", DefaultSocketPath());
-  absl::Duration timeout = absl::Seconds(5);
-  if (f.Has("timeout") &&
-      (!absl::ParseDuration(f.Str("timeout", ""), &timeout) ||
-       timeout <= absl::ZeroDuration())) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--timeout=", f.Str("timeout", ""),
-                     ": want a positive duration such as 5s or 500ms")));
+  if (f.decode == 0) return Fail(absl::InvalidArgumentError("--decode must be >= 1"));
+  absl::Duration timeout;
+  if (!absl::ParseDuration(f.timeout, &timeout)) {  // checked by kDuration
+    return Fail(absl::InvalidArgumentError("--timeout: not a duration"));
   }
-  if (absl::Status s = f.CheckAllUsed(); !s.ok()) return Fail(s);
-  auto prompts = ReadPrompts(f.Str(text ? "text" : "prompts", ""), text,
-                             config->vocab);
+  auto prompts = ReadPrompts(text ? f.text : f.prompts, text, config->vocab);
   if (!prompts.ok()) return Fail(prompts.status());
 
   absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(*config, *device);
   if (!model.ok()) return Fail(model.status());
-
   std::unique_ptr<Client> client;
-  std::unique_ptr<PrefixCache> cache;
-  if (no_cache) {
-    cache = NewNoPrefixCache();
-  } else {
-    ClientOptions options;
-    options.endpoint = endpoint;
-    options.call_timeout = timeout;
-    options.connect_timeout = timeout;
-    options.initial_wait = timeout;
-    options.ns = config->Namespace();
-    options.client_name = "radixkv-worker";
-    options.attach_pool = true;
-    absl::StatusOr<std::unique_ptr<Client>> c = Client::Create(options);
-    if (!c.ok()) return Fail(c.status());
-    client = std::move(*c);
-    if (!client->connected()) {
-      std::cerr << "radixkv-worker: no session with radixkvd at " << endpoint
-                << " (" << client->state().last_error.message()
-                << "); prefilling without the cache\n";
-    }
-    cache = NewDaemonPrefixCache(client.get(),
-                                 /*accept_device_pages=*/(*model)->on_cuda());
-  }
+  absl::StatusOr<std::unique_ptr<PrefixCache>> cache =
+      OpenCache(f, *config, timeout, (*model)->on_cuda(), &client);
+  if (!cache.ok()) return Fail(cache.status());
 
-  Engine engine(model->get(), cache.get());
+  Engine engine(model->get(), cache->get());
   RunOptions options;
-  options.decode_tokens = *decode;
-  options.commit_generated = commit_generated;
+  options.decode_tokens = f.decode;
+  options.commit_generated = f.commit_generated;
   for (size_t i = 0; i < prompts->size(); ++i) {
     absl::StatusOr<RunResult> r = engine.Run((*prompts)[i], options);
     if (!r.ok()) return Fail(r.status());
-    if (json) {
-      std::printf(
-          "{\"prompt\":%zu,\"tokens\":%u,\"matched_tokens\":%u,"
-          "\"cache\":\"%s\",\"ttft_s\":%.6f,\"decode_tokens_per_s\":%.2f,"
-          "\"committed_blocks\":%u,\"committed_generated_blocks\":%u,"
-          "\"generated\":[%s]}\n",
-          i, r->prompt_tokens, r->matched_tokens,
-          no_cache ? "none" : (r->cache_degraded ? "degraded" : "daemon"),
-          r->ttft_s, r->decode_tokens_per_s, r->committed_blocks,
-          r->committed_generated_blocks,
-          absl::StrJoin(r->generated, ",").c_str());
-    } else {
-      std::printf(
-          "prompt %zu: tokens=%u matched=%u%s ttft=%.2fms decode=%.1f tok/s "
-          "committed=%u generated: %s\n",
-          i, r->prompt_tokens, r->matched_tokens,
-          r->cache_degraded ? " (cache unavailable)" : "", r->ttft_s * 1e3,
-          r->decode_tokens_per_s, r->committed_blocks,
-          absl::StrJoin(r->generated, " ").c_str());
-    }
-    std::fflush(stdout);
+    PrintRunResult(i, *r, f);
   }
   return 0;
 }
 
-int BenchCommand(Flags& f) {
-  absl::StatusOr<ModelConfig> config = ModelFromFlags(f, "small");
+// What `bench` measured; printed as one JSON object.
+struct BenchResult {
+  uint32_t matched_tokens = 0;
+  double ttft_uncached_s = INFINITY;  // best of the runs
+  double ttft_cached_s = INFINITY;
+  double max_abs_logit_diff = 0;  // cached vs uncached, first token's logits
+};
+
+void PrintBenchResult(const BenchFlags& f, const ModelConfig& config,
+                      bool on_cuda, const BenchResult& r) {
+  const uint32_t n = f.prefix_tokens + f.suffix_tokens;
+  const double ideal = ForwardFlops(config, 0, n) /
+                       ForwardFlops(config, r.matched_tokens, n - r.matched_tokens);
+  const double speedup = r.ttft_uncached_s / r.ttft_cached_s;
+  nlohmann::ordered_json j;
+  j["model"] = config.name;
+  j["device"] = on_cuda ? "cuda" : "cpu";
+  j["prefix_tokens"] = f.prefix_tokens;
+  j["suffix_tokens"] = f.suffix_tokens;
+  j["matched_tokens"] = r.matched_tokens;
+  j["ttft_uncached_s"] = Rounded(r.ttft_uncached_s, 6);
+  j["ttft_cached_s"] = Rounded(r.ttft_cached_s, 6);
+  j["speedup"] = Rounded(speedup, 3);
+  j["ideal_speedup"] = Rounded(ideal, 3);
+  j["fraction_of_ideal"] = Rounded(speedup / ideal, 3);
+  j["max_abs_logit_diff"] = r.max_abs_logit_diff;
+  j["threads"] = gpu::KernelThreads();
+  j["repeat"] = f.repeat;
+  j["parameters"] = config.ParameterCount();
+  std::printf("%s\n", j.dump().c_str());
+}
+
+int BenchCommand(const BenchFlags& f) {
+  absl::StatusOr<ModelConfig> config = ModelFromFlags(f.model);
   if (!config.ok()) return Fail(config.status());
-  absl::StatusOr<Device> device = ParseDevice(f.Str("device", "auto"));
+  absl::StatusOr<Device> device = ParseDevice(f.model.device);
   if (!device.ok()) return Fail(device.status());
-  absl::StatusOr<uint32_t> p = f.U32("prefix-tokens", 1856);
-  absl::StatusOr<uint32_t> s = f.U32("suffix-tokens", 192);
-  absl::StatusOr<uint32_t> repeat = f.U32("repeat", 5);
-  for (const auto* v : {&p, &s, &repeat})
-    if (!v->ok()) return Fail(v->status());
-  (void)f.Has("json");  // the output is JSON either way
-  if (absl::Status st = f.CheckAllUsed(); !st.ok()) return Fail(st);
-  if (*s == 0) return Fail(absl::InvalidArgumentError("--suffix-tokens must be >= 1"));
-  if (*repeat == 0) return Fail(absl::InvalidArgumentError("--repeat must be >= 1"));
-  if (uint64_t{*p} + *s > (1u << 20)) {
+  const uint32_t p = f.prefix_tokens;
+  const uint32_t s = f.suffix_tokens;
+  if (s == 0) return Fail(absl::InvalidArgumentError("--suffix-tokens must be >= 1"));
+  if (f.repeat == 0) return Fail(absl::InvalidArgumentError("--repeat must be >= 1"));
+  if (uint64_t{p} + s > (1u << 20)) {
     return Fail(absl::InvalidArgumentError("prefix + suffix tokens must be <= 1048576"));
   }
   absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(*config, *device);
   if (!model.ok()) return Fail(model.status());
 
-  const uint32_t n = *p + *s;
+  const uint32_t n = p + s;
   std::mt19937 rng(1234);
   std::vector<uint32_t> prompt(n);
   for (uint32_t& t : prompt) t = rng() % config->vocab;
@@ -348,58 +481,86 @@ int BenchCommand(Flags& f) {
   measure.commit_prompt = false;  // keep the cached state identical per run
 
   // Fill the cache with the prefix (full blocks only).
-  if (*p > 0) {
+  if (p > 0) {
     RunOptions fill;
-    auto r = cached.Run(absl::MakeConstSpan(prompt).subspan(0, *p), fill);
+    auto r = cached.Run(absl::MakeConstSpan(prompt).subspan(0, p), fill);
     if (!r.ok()) return Fail(r.status());
   }
-  double best_uncached = INFINITY, best_cached = INFINITY, diff = 0;
-  uint32_t matched = 0;
-  for (uint32_t i = 0; i < *repeat; ++i) {
+  BenchResult result;
+  for (uint32_t i = 0; i < f.repeat; ++i) {
     auto u = uncached.Run(prompt, measure);
     if (!u.ok()) return Fail(u.status());
     auto c = cached.Run(prompt, measure);
     if (!c.ok()) return Fail(c.status());
-    best_uncached = std::min(best_uncached, u->ttft_s);
-    best_cached = std::min(best_cached, c->ttft_s);
-    matched = c->matched_tokens;
+    result.ttft_uncached_s = std::min(result.ttft_uncached_s, u->ttft_s);
+    result.ttft_cached_s = std::min(result.ttft_cached_s, c->ttft_s);
+    result.matched_tokens = c->matched_tokens;
     for (size_t j = 0; j < u->first_logits.size(); ++j) {
-      diff = std::max<double>(diff, std::fabs(u->first_logits[j] - c->first_logits[j]));
+      result.max_abs_logit_diff = std::max<double>(
+          result.max_abs_logit_diff,
+          std::fabs(u->first_logits[j] - c->first_logits[j]));
     }
   }
-  const double ideal =
-      ForwardFlops(*config, 0, n) / ForwardFlops(*config, matched, n - matched);
-  const double speedup = best_uncached / best_cached;
-  std::printf(
-      "{\"model\":\"%s\",\"device\":\"%s\",\"prefix_tokens\":%u,\"suffix_tokens\":%u,"
-      "\"matched_tokens\":%u,\"ttft_uncached_s\":%.6f,\"ttft_cached_s\":%.6f,"
-      "\"speedup\":%.3f,\"ideal_speedup\":%.3f,\"fraction_of_ideal\":%.3f,"
-      "\"max_abs_logit_diff\":%.3g,\"threads\":%zu,\"repeat\":%u,"
-      "\"parameters\":%llu}\n",
-      config->name.c_str(), (*model)->on_cuda() ? "cuda" : "cpu", *p, *s,
-      matched, best_uncached, best_cached,
-      speedup, ideal, speedup / ideal, diff, gpu::KernelThreads(), *repeat,
-      static_cast<unsigned long long>(config->ParameterCount()));
+  PrintBenchResult(f, *config, (*model)->on_cuda(), result);
   return 0;
+}
+
+// Prints the help of `radixkv-worker help [command]`.
+int Help(CLI::App& app, const std::string& topic) {
+  if (topic.empty()) {  // app.help() would describe `help` itself
+    std::cout << app.get_formatter()->make_help(&app, app.get_name(),
+                                                CLI::AppFormatMode::Normal);
+    return 0;
+  }
+  for (const CLI::App* cmd : app.get_subcommands({})) {
+    if (cmd->get_name() == topic && !cmd->get_group().empty()) {
+      std::cout << cmd->help(app.get_name());
+      return 0;
+    }
+  }
+  std::cerr << "Error: unknown command '" << topic << "' (commands: run, bench)\n";
+  return kExitUsage;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app(kDescription, "radixkv-worker");
+  app.formatter(std::make_shared<HelpFormatter>());
+  app.footer(kFooter);
+  app.set_help_flag("-h,--help", "help for radixkv-worker or a command");
+  app.set_help_all_flag("--help-all", "help for every command");
+  app.require_subcommand(0, 1);
+  RunFlags run;
+  BenchFlags bench;
+  CLI::App* run_cmd = AddRunCommand(app, &run);
+  CLI::App* bench_cmd = AddBenchCommand(app, &bench);
+  std::string help_topic;
+  CLI::App* help_cmd = app.add_subcommand("help", "help for a command");
+  help_cmd->group("");  // not listed
+  help_cmd->add_option("command", help_topic);
+  app.allow_extras();  // an unknown command is reported below, by name
+  for (CLI::App* cmd : {run_cmd, bench_cmd, help_cmd}) cmd->allow_extras(false);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --help-all
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "Error: " << e.what()
+              << "\nRun 'radixkv-worker --help-all' for the flags.\n";
+    return kExitUsage;
+  }
+  if (const std::vector<std::string> rest = app.remaining(); !rest.empty()) {
+    std::cerr << "Error: unknown command or flag '" << rest.front()
+              << "' (commands: run, bench)\n";
+    return kExitUsage;
+  }
+  if (run_cmd->parsed()) return RunCommand(run);
+  if (bench_cmd->parsed()) return BenchCommand(bench);
+  if (help_cmd->parsed()) return Help(app, help_topic);
+  std::cerr << app.help() << "Error: no command given (run or bench)\n";
+  return kExitUsage;
 }
 
 }  // namespace
 }  // namespace radixkv::worker
 
-int main(int argc, char** argv) {
-  using namespace radixkv::worker;
-  absl::StatusOr<Args> args = ParseArgs(argc, argv);
-  if (!args.ok()) {
-    std::cerr << "Error: " << args.status().message() << "\n" << kUsage;
-    return kExitUsage;
-  }
-  if (args->command.empty() || args->command == "help" || args->flags.count("help")) {
-    std::cout << kUsage;
-    return args->command.empty() && !args->flags.count("help") ? kExitUsage : 0;
-  }
-  Flags flags(args->flags);
-  if (args->command == "run") return RunCommand(flags);
-  if (args->command == "bench") return BenchCommand(flags);
-  std::cerr << "Error: unknown command \"" << args->command << "\"\n" << kUsage;
-  return kExitUsage;
-}
+int main(int argc, char** argv) { return radixkv::worker::Main(argc, argv); }

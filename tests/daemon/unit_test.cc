@@ -1,5 +1,5 @@
-// Unit tests of daemon pieces without a server: the status mapping, the
-// event ring and the session/lease books.
+// Unit tests of daemon pieces without a server: the status mapping and
+// structured errors, the event ring and the session table.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -8,8 +8,9 @@
 #include "absl/time/clock.h"
 #include "daemon/cache.h"
 #include "daemon/event_log.h"
-#include "daemon/session_manager.h"
-#include "daemon/status_util.h"
+#include "daemon/request_validation.h"
+#include "daemon/session_table.h"
+#include "radixkv/errors.h"
 #include "gtest/gtest.h"
 
 namespace radixkv::daemon {
@@ -57,6 +58,42 @@ TEST(StatusUtilTest, LongMessagesAreTruncated) {
   const grpc::Status g =
       ToGrpcStatus(absl::InvalidArgumentError(std::string(5000, 'x')));
   EXPECT_EQ(g.error_message().size(), kMaxGrpcStatusMessageBytes);
+}
+
+// An ErrorDetail survives the trip absl -> gRPC -> absl (the trailer is an
+// RpcStatus, google.rpc.Status's wire form); a status without one has no
+// details on the wire.
+TEST(StatusUtilTest, ErrorDetailTravelsInTheStatusDetails) {
+  const absl::Status s =
+      FieldError(absl::StatusCode::kNotFound, "release_leases",
+                 v1::ERROR_REASON_LEASE_NOT_FOUND, "lease 7 expired");
+  EXPECT_EQ(s.message(), "release_leases: lease 7 expired");
+  const grpc::Status g = ToGrpcStatus(s);
+  EXPECT_EQ(g.error_message(), "release_leases: lease 7 expired");
+  v1::RpcStatus wire;
+  ASSERT_TRUE(wire.ParseFromString(g.error_details()));
+  EXPECT_EQ(wire.code(), static_cast<int>(absl::StatusCode::kNotFound));
+  ASSERT_EQ(wire.details_size(), 1);
+  EXPECT_EQ(wire.details(0).type_url(), kErrorDetailTypeUrl);
+  const absl::Status back = FromGrpcStatus(g);
+  EXPECT_EQ(back.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(back.message(), s.message());
+  EXPECT_EQ(ErrorFieldOf(back), "release_leases");
+  EXPECT_EQ(ErrorReasonOf(back), v1::ERROR_REASON_LEASE_NOT_FOUND);
+  EXPECT_TRUE(ToGrpcStatus(absl::NotFoundError("x")).error_details().empty());
+  EXPECT_EQ(ErrorReasonOf(FromGrpcStatus(
+                grpc::Status(grpc::StatusCode::NOT_FOUND, "x", "garbage"))),
+            v1::ERROR_REASON_UNSPECIFIED);
+  // WithField prefixes the message; WithDetail keeps it.
+  const absl::Status w = WithField("lease_id", v1::ERROR_REASON_LEASE_NOT_FOUND,
+                                   absl::NotFoundError("gone"));
+  EXPECT_EQ(w.message(), "lease_id: gone");
+  EXPECT_EQ(ErrorFieldOf(w), "lease_id");
+  const absl::Status d = WithDetail("lease_id", v1::ERROR_REASON_INVALID,
+                                    absl::NotFoundError("gone"));
+  EXPECT_EQ(d.message(), "gone");
+  EXPECT_EQ(ErrorReasonOf(d), v1::ERROR_REASON_INVALID);
+  EXPECT_TRUE(WithField("x", v1::ERROR_REASON_INVALID, absl::OkStatus()).ok());
 }
 
 TreeEvent Stored(uint32_t page) {
@@ -134,40 +171,39 @@ TEST(EventLogTest, WatchersAreWokenAndShutDown) {
   log.Unsubscribe(&w);
 }
 
-TEST(SessionManagerTest, LeasesBelongToOneSessionAndExpire) {
-  SessionManager m({.max_sessions = 2, .max_leases_per_session = 2,
-                    .lease_ttl = absl::Seconds(10)});
-  auto a = m.Create({}, "a", "peer", 0);
-  auto b = m.Create({}, "b", "peer", 0);
+TEST(SessionTableTest, IdsOwnersLimitsAndErrors) {
+  SessionTable m(/*max_sessions=*/2);
+  absl::StatusOr<SessionEntry> a = m.Create({.ns = 3}, "a", "peer", 0);
+  absl::StatusOr<SessionEntry> b = m.Create({}, "b", "peer", 0);
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(a->size(), 32u);
-  EXPECT_NE(*a, *b);
-  EXPECT_EQ(m.Create({}, "c", "peer", 0).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(a->id.size(), 32u);
+  EXPECT_NE(a->id, b->id);
+  EXPECT_NE(a->owner, kNoOwner);
+  EXPECT_NE(a->owner, b->owner);
+  absl::StatusOr<SessionEntry> c = m.Create({}, "c", "peer", 0);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ErrorReasonOf(c.status()), v1::ERROR_REASON_LIMIT);
 
-  const absl::Time now = absl::Now();
-  ASSERT_TRUE(m.AddLease(*a, 7, now).ok());
-  bool expired = false;
-  EXPECT_TRUE(m.CheckOwner(*a, 7, now, &expired).ok());
-  EXPECT_EQ(m.CheckOwner(*b, 7, now, &expired).code(), absl::StatusCode::kNotFound);
-  EXPECT_FALSE(expired);
-  ASSERT_TRUE(m.AddLease(*a, 8, now).ok());
-  EXPECT_EQ(m.Lookup(*a, /*need_lease_slot=*/true).status().code(),
-            absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(m.AddLease(*a, 9, now).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  absl::StatusOr<SessionRef> ref = m.Lookup(a->id);
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(ref->owner, a->owner);
+  EXPECT_EQ(ref->binding.ns, 3u);
+  EXPECT_EQ(m.SessionsPerNamespace()[3], 1u);
 
-  // Lease 7 expires; a check after the TTL reports it and forgets it.
-  const absl::Time later = now + absl::Seconds(11);
-  EXPECT_EQ(m.CheckOwner(*a, 7, later, &expired).code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(expired);
-  EXPECT_EQ(m.TakeExpired(later), std::vector<LeaseId>{8});
-  EXPECT_EQ(m.lease_count(), 0u);
-
-  ASSERT_TRUE(m.AddLease(*b, 10, now).ok());
-  EXPECT_EQ(m.Remove(*b), std::vector<LeaseId>{10});
-  EXPECT_EQ(m.Lookup(*b, false).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(m.Lookup("", false).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.Remove(b->id), b->owner);
+  EXPECT_EQ(m.Remove(b->id), kNoOwner);  // twice is harmless
+  absl::Status gone = m.Lookup(b->id).status();
+  EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ErrorReasonOf(gone), v1::ERROR_REASON_SESSION_NOT_FOUND);
+  EXPECT_EQ(ErrorFieldOf(gone), "session_id");
+  EXPECT_EQ(m.Lookup("").status().code(), absl::StatusCode::kInvalidArgument);
+  // A new session never reuses an owner id: leases of a closed session
+  // cannot be adopted.
+  absl::StatusOr<SessionEntry> d = m.Create({}, "d", "peer", 0);
+  ASSERT_TRUE(d.ok());
+  EXPECT_NE(d->owner, a->owner);
+  EXPECT_NE(d->owner, b->owner);
+  EXPECT_EQ(m.size(), 2u);
 }
 
 }  // namespace

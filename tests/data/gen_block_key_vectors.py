@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Generates tests/data/block_key_vectors.json: test vectors for the radixkv
-block-key contract v1 (shared/DESIGN.md section 3).
+block-key contract v1 (docs/CONTRACTS.md section 1).
 
 This is an independent implementation of the contract in Python, written
 from the specification only; tests/radix/block_key_test.cc checks the C++

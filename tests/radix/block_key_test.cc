@@ -3,196 +3,70 @@
 // implementation (tests/data/gen_block_key_vectors.py) produced.
 #include "radix/block_key.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
-#include <map>
-#include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace radixkv {
 namespace {
 
-// A minimal JSON reader (objects, arrays, strings, numbers, true/false/null)
-// for the vectors file; no dependency beyond the standard library.
-struct Json {
-  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
-  double number = 0;
-  std::string str;
-  std::vector<Json> items;
-  std::map<std::string, Json> fields;
+using Json = nlohmann::json;
 
-  const Json& operator[](const std::string& k) const {
-    static const Json kMissing;
-    auto it = fields.find(k);
-    return it == fields.end() ? kMissing : it->second;
-  }
-  uint32_t u32() const { return static_cast<uint32_t>(number); }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& text) : s_(text) {}
-
-  bool Parse(Json* out) {
-    if (!Value(out)) return false;
-    Skip();
-    return pos_ == s_.size();
-  }
-
- private:
-  void Skip() {
-    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) {
-      ++pos_;
-    }
-  }
-  bool Eat(char c) {
-    Skip();
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  bool Literal(const char* word) {
-    const std::string w(word);
-    if (s_.compare(pos_, w.size(), w) != 0) return false;
-    pos_ += w.size();
-    return true;
-  }
-  static void AppendUtf8(std::string* out, uint32_t cp) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else {
-      out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    }
-  }
-  bool String(std::string* out) {
-    if (!Eat('"')) return false;
-    while (pos_ < s_.size()) {
-      char c = s_[pos_++];
-      if (c == '"') return true;
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
-      if (pos_ >= s_.size()) return false;
-      char e = s_[pos_++];
-      switch (e) {
-        case 'n': out->push_back('\n'); break;
-        case 't': out->push_back('\t'); break;
-        case 'r': out->push_back('\r'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'u': {
-          if (pos_ + 4 > s_.size()) return false;
-          AppendUtf8(out, std::stoul(s_.substr(pos_, 4), nullptr, 16));
-          pos_ += 4;
-          break;
-        }
-        default: out->push_back(e); break;  // \" \\ \/
-      }
-    }
-    return false;
-  }
-  bool Value(Json* v) {
-    Skip();
-    if (pos_ >= s_.size()) return false;
-    const char c = s_[pos_];
-    if (c == '{') {
-      v->kind = Json::kObject;
-      ++pos_;
-      if (Eat('}')) return true;
-      do {
-        std::string key;
-        Skip();
-        if (!String(&key) || !Eat(':') || !Value(&v->fields[key])) return false;
-      } while (Eat(','));
-      return Eat('}');
-    }
-    if (c == '[') {
-      v->kind = Json::kArray;
-      ++pos_;
-      if (Eat(']')) return true;
-      do {
-        v->items.emplace_back();
-        if (!Value(&v->items.back())) return false;
-      } while (Eat(','));
-      return Eat(']');
-    }
-    if (c == '"') {
-      v->kind = Json::kString;
-      return String(&v->str);
-    }
-    if (Literal("true")) { v->kind = Json::kBool; v->number = 1; return true; }
-    if (Literal("false")) { v->kind = Json::kBool; return true; }
-    if (Literal("null")) return true;
-    size_t used = 0;
-    v->kind = Json::kNumber;
-    v->number = std::stod(s_.substr(pos_, 32), &used);
-    pos_ += used;
-    return used > 0;
-  }
-
-  const std::string& s_;
-  size_t pos_ = 0;
-};
-
+// The parsed vectors file, or a discarded value when it cannot be read or
+// parsed (the first test reports that).
 const Json& Vectors() {
   static const Json* doc = [] {
     std::ifstream in(std::string(RADIXKV_TEST_DATA_DIR) +
                      "/block_key_vectors.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto* j = new Json;
-    const std::string text = ss.str();
-    if (!JsonParser(text).Parse(j)) j->kind = Json::kNull;
-    return j;
+    return new Json(
+        Json::parse(in, /*cb=*/nullptr, /*allow_exceptions=*/false));
   }();
   return *doc;
 }
 
+// Field accessors; a missing field or a value of another type throws,
+// which fails the test that reads it.
+uint32_t U32(const Json& v) { return v.get<uint32_t>(); }
+std::string Str(const Json& v) { return v.get<std::string>(); }
+
 NamespaceSpec SpecOf(const Json& ns) {
   NamespaceSpec s;
-  s.model = ns["model"].str;
-  s.model_revision = ns["model_revision"].str;
-  s.lora = ns["lora"].str;
-  s.cache_salt = ns["cache_salt"].str;
-  s.num_layers = ns["num_layers"].u32();
-  s.num_kv_heads = ns["num_kv_heads"].u32();
-  s.head_dim = ns["head_dim"].u32();
-  s.page_size = ns["page_size"].u32();
-  s.dtype = static_cast<DType>(ns["dtype"].u32());
-  s.tp_rank = ns["tp_rank"].u32();
-  s.tp_size = ns["tp_size"].u32();
+  s.model = ns.at("model").get<std::string>();
+  s.model_revision = ns.at("model_revision").get<std::string>();
+  s.lora = ns.at("lora").get<std::string>();
+  s.cache_salt = ns.at("cache_salt").get<std::string>();
+  s.num_layers = U32(ns.at("num_layers"));
+  s.num_kv_heads = U32(ns.at("num_kv_heads"));
+  s.head_dim = U32(ns.at("head_dim"));
+  s.page_size = U32(ns.at("page_size"));
+  s.dtype = static_cast<DType>(U32(ns.at("dtype")));
+  s.tp_rank = U32(ns.at("tp_rank"));
+  s.tp_size = U32(ns.at("tp_size"));
   return s;
 }
 
 std::vector<uint32_t> TokensOf(const Json& list) {
-  std::vector<uint32_t> t;
-  for (const Json& x : list.items) t.push_back(x.u32());
-  return t;
+  return list.get<std::vector<uint32_t>>();
 }
 
 TEST(BlockKeyVectorsTest, FileCoversTheContract) {
   const Json& doc = Vectors();
-  ASSERT_EQ(doc.kind, Json::kObject) << "cannot read or parse the vectors file";
-  const Json& v = doc["vectors"];
-  ASSERT_GE(v.items.size(), 20u);
+  ASSERT_TRUE(doc.is_object()) << "cannot read or parse the vectors file";
+  const Json& v = doc.at("vectors");
+  ASSERT_TRUE(v.is_array());
+  ASSERT_GE(v.size(), 20u);
   bool page1 = false, page16 = false, page512 = false, high = false,
        salt = false, lora = false, empty = false, tail = false, several = false;
-  for (const Json& x : v.items) {
-    const NamespaceSpec s = SpecOf(x["namespace"]);
-    const std::vector<uint32_t> t = TokensOf(x["tokens"]);
+  for (const Json& x : v) {
+    const NamespaceSpec s = SpecOf(x.at("namespace"));
+    const std::vector<uint32_t> t = TokensOf(x.at("tokens"));
     page1 |= s.page_size == 1;
     page16 |= s.page_size == 16;
     page512 |= s.page_size == 512;
@@ -200,7 +74,7 @@ TEST(BlockKeyVectorsTest, FileCoversTheContract) {
     lora |= !s.lora.empty();
     empty |= s.model.empty() && s.lora.empty() && s.cache_salt.empty();
     tail |= t.size() % s.page_size != 0;
-    several |= x["block_keys"].items.size() >= 3;
+    several |= x.at("block_keys").size() >= 3;
     for (uint32_t tok : t) high |= tok >= 0x80000000u;
   }
   EXPECT_TRUE(page1 && page16 && page512);
@@ -208,22 +82,24 @@ TEST(BlockKeyVectorsTest, FileCoversTheContract) {
 }
 
 TEST(BlockKeyVectorsTest, RootsAndKeysMatch) {
-  const Json& v = Vectors()["vectors"];
-  ASSERT_FALSE(v.items.empty());
-  for (const Json& x : v.items) {
-    SCOPED_TRACE(x["name"].str);
-    const NamespaceSpec spec = SpecOf(x["namespace"]);
-    const std::vector<uint32_t> tokens = TokensOf(x["tokens"]);
+  ASSERT_TRUE(Vectors().is_object()) << "cannot read or parse the vectors file";
+  const Json& v = Vectors().at("vectors");
+  ASSERT_FALSE(v.empty());
+  for (const Json& x : v) {
+    SCOPED_TRACE(Str(x.at("name")));
+    const NamespaceSpec spec = SpecOf(x.at("namespace"));
+    const std::vector<uint32_t> tokens = TokensOf(x.at("tokens"));
+    const Json& block_keys = x.at("block_keys");
     const BlockKey root = NamespaceRoot(spec);
-    EXPECT_EQ(root.ToHex(), x["root"].str);
+    EXPECT_EQ(root.ToHex(), Str(x.at("root")));
     const std::vector<BlockKey> keys =
         ComputeBlockKeys(root, spec.page_size, tokens);
-    ASSERT_EQ(keys.size(), x["block_keys"].items.size());
+    ASSERT_EQ(keys.size(), block_keys.size());
     std::vector<BlockKey> reused(3);
     ComputeBlockKeys(root, spec.page_size, tokens, &reused);
     EXPECT_EQ(reused, keys);
     for (size_t i = 0; i < keys.size(); ++i) {
-      EXPECT_EQ(keys[i].ToHex(), x["block_keys"].items[i].str) << "block " << i;
+      EXPECT_EQ(keys[i].ToHex(), Str(block_keys.at(i))) << "block " << i;
       // The one-block primitive agrees with the bulk path.
       const BlockKey parent = i == 0 ? root : keys[i - 1];
       EXPECT_EQ(ChainBlockKey(parent, absl::MakeConstSpan(tokens).subspan(
@@ -234,18 +110,19 @@ TEST(BlockKeyVectorsTest, RootsAndKeysMatch) {
 }
 
 TEST(BlockKeyVectorsTest, ExtrasMatch) {
-  const Json& v = Vectors()["chain_with_extras"];
-  ASSERT_FALSE(v.items.empty());
-  for (const Json& x : v.items) {
-    SCOPED_TRACE(x["name"].str);
+  ASSERT_TRUE(Vectors().is_object()) << "cannot read or parse the vectors file";
+  const Json& v = Vectors().at("chain_with_extras");
+  ASSERT_FALSE(v.empty());
+  for (const Json& x : v) {
+    SCOPED_TRACE(Str(x.at("name")));
     BlockKey parent;
-    ASSERT_TRUE(BlockKey::FromHex(x["parent"].str, &parent));
+    ASSERT_TRUE(BlockKey::FromHex(Str(x.at("parent")), &parent));
     std::vector<BlockExtra> extras;
-    for (const Json& e : x["extras"].items) {
-      extras.emplace_back(e.items[0].str, e.items[1].str);
+    for (const Json& e : x.at("extras")) {
+      extras.emplace_back(Str(e.at(0)), Str(e.at(1)));
     }
-    EXPECT_EQ(ChainBlockKey(parent, TokensOf(x["tokens"]), extras).ToHex(),
-              x["key"].str);
+    EXPECT_EQ(ChainBlockKey(parent, TokensOf(x.at("tokens")), extras).ToHex(),
+              Str(x.at("key")));
   }
 }
 

@@ -221,7 +221,9 @@ void RunDifferential(uint32_t seed, int steps) {
   std::mt19937 rng(seed);
   auto rand = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
 
-  RadixTree tree({.capacity_pages = kCapacity});
+  std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = kCapacity}).value();
+  RadixTree& tree = *tree_owner;
   Model model(kCapacity);
   NamespaceSpec spec{.model = "m", .page_size = kPageSize};
   const NamespaceId ns0 = tree.RegisterNamespace(spec).value();

@@ -34,7 +34,9 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
   constexpr int kOpsPerThread = 3000;
   constexpr uint32_t kPageSize = 4;
   CountingListener listener;
-  RadixTree tree({.capacity_pages = 256, .listener = &listener});
+  std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = 256, .listener = &listener}).value();
+  RadixTree& tree = *tree_owner;
   NamespaceSpec spec{.model = "stress", .page_size = kPageSize};
   const NamespaceId ns0 = tree.RegisterNamespace(spec).value();
   spec.lora = "adapter";
@@ -57,15 +59,13 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
         std::vector<uint32_t> t(kPageSize * (1 + rand(10)));
         for (uint32_t& x : t) x = rand(4);
         const auto keys = ComputeBlockKeys(roots[ns], kPageSize, t);
-        // Half the time the way radixkvd resolves token prompts: the token
-        // walk (its pages trusted while nothing was evicted since), then
-        // hashing the rest; the keys must come out the same.
-        std::vector<BlockKey> walked;
-        std::vector<PageId> pages;
-        uint64_t epoch = 0;
-        if (rand(2) == 0) {
-          tree.ResolveTokenKeys(ns, t, /*stop_at_missing=*/false, &walked,
-                                &pages, &epoch);
+        // Half the time in token mode, as radixkvd sends token prompts: the
+        // token walk (its pages trusted while nothing was evicted since),
+        // then hashing the rest; the keys must come out the same.
+        const bool token_mode = rand(2) == 0;
+        if (token_mode) {
+          std::vector<BlockKey> walked;
+          tree.TEST_TokenKeys(ns, t, /*stop_at_missing=*/false, &walked);
           if (walked != keys) errors.fetch_add(1);
         }
         // Sometimes the Acquire also ends a held lease (release_leases).
@@ -76,8 +76,10 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
           ends[0] = held[ending].id();
         }
         absl::StatusOr<AcquireResult> a = tree.Acquire(
-            {.ns = ns, .keys = keys, .tokens = t, .allocate = rand(5) != 0,
-             .chain_keys = true, .known_pages = pages, .known_epoch = epoch,
+            {.ns = ns,
+             .keys = token_mode ? absl::Span<const BlockKey>() : keys,
+             .tokens = t,
+             .allocate = rand(5) != 0,
              .end_leases =
                  absl::MakeConstSpan(ends, ending < held.size() ? 1 : 0)});
         if (!a.ok()) {
@@ -139,7 +141,7 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
         if (!tree.Match(ns0, keys, t).ok()) errors.fetch_add(1);
         // The one-pass token Match reads hot children and hashes at branch
         // points while other threads insert and evict.
-        absl::StatusOr<MatchResult> m = tree.MatchTokens(ns0, t);
+        absl::StatusOr<MatchResult> m = tree.Match(ns0, {}, t);
         if (!m.ok() || m->total_blocks != 3 ||
             m->walked_blocks + m->hashed_blocks > 3) {
           errors.fetch_add(1);

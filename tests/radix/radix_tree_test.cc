@@ -32,7 +32,10 @@ class RadixTreeTest : public testing::Test {
   static constexpr uint32_t kCapacity = 8;
 
   RadixTreeTest()
-      : tree_({.capacity_pages = kCapacity, .listener = &listener_}) {
+      : tree_owner_(RadixTree::Create({.capacity_pages = kCapacity,
+                                       .listener = &listener_})
+                        .value()),
+        tree_(*tree_owner_) {
     ns_ = Register(Spec());
   }
   ~RadixTreeTest() override {
@@ -87,33 +90,26 @@ class RadixTreeTest : public testing::Test {
     EXPECT_TRUE(c.ok()) << c.status();
     return hold ? a.lease : 0;
   }
-  // Insert with chain_keys: the keys are the plain chain of the tokens.
+  // Insert in token mode: the tree derives the keys (the plain chain of the
+  // tokens), so the blocks can later be found by comparing tokens.
   void InsertChain(const Tokens& t) {
-    const auto keys = Keys(t);
     const Tokens full = Full(t);
-    absl::StatusOr<AcquireResult> a = tree_.Acquire({.ns = ns_,
-                                                     .keys = keys,
-                                                     .tokens = full,
-                                                     .allocate = true,
-                                                     .chain_keys = true});
+    absl::StatusOr<AcquireResult> a =
+        tree_.Acquire({.ns = ns_, .tokens = full, .allocate = true});
     ASSERT_TRUE(a.ok()) << a.status();
     if (a->lease == 0) return;
     ASSERT_TRUE(tree_.Commit(a->lease, a->new_blocks, true).ok());
   }
-  // A chain-keyed lookup of `t` (no allocation) handing the tree a walk's
+  // A token-mode lookup of `t` (no allocation) handing the tree a walk's
   // pages (and its epoch); ends the lease at once.
   AcquireResult AcquireKnown(const Tokens& t, absl::Span<const PageId> known,
                              uint64_t known_epoch = 0) {
     const auto k = Keys(t);
-    AcquireResult r = tree_
-                          .Acquire({.ns = ns_,
-                                    .keys = k,
-                                    .tokens = t,
-                                    .allocate = false,
-                                    .chain_keys = true,
-                                    .known_pages = known,
-                                    .known_epoch = known_epoch})
-                          .value();
+    AcquireResult r =
+        tree_
+            .TEST_AcquireWalked({.ns = ns_, .keys = k, .tokens = t}, known,
+                                known_epoch)
+            .value();
     if (r.lease != 0) {
       EXPECT_TRUE(tree_.Release(r.lease).ok());
     }
@@ -121,14 +117,12 @@ class RadixTreeTest : public testing::Test {
   }
   uint32_t MatchKnown(const Tokens& t, absl::Span<const PageId> known,
                       uint64_t known_epoch = 0) {
-    return tree_.Match(ns_, Keys(t), t, known, known_epoch)
-        .value()
-        .matched_blocks;
+    return tree_.TEST_MatchWalked(ns_, Keys(t), t, known, known_epoch);
   }
-  // PrefixKeysByTokens's keys for `t`; each must be the chain key.
+  // The token walk's keys for `t`; each must be the chain key.
   std::vector<BlockKey> WalkKeys(const Tokens& t) {
     std::vector<BlockKey> keys;
-    const size_t n = tree_.PrefixKeysByTokens(ns_, t, &keys);
+    const size_t n = tree_.TEST_WalkTokens(ns_, t, &keys);
     EXPECT_EQ(n, keys.size());
     const std::vector<BlockKey> want = Keys(t);
     EXPECT_LE(n, want.size());
@@ -149,7 +143,8 @@ class RadixTreeTest : public testing::Test {
   }
 
   RecordingListener listener_;
-  RadixTree tree_;
+  std::unique_ptr<RadixTree> tree_owner_;
+  RadixTree& tree_;
   NamespaceId ns_ = 0;
 };
 
@@ -451,8 +446,10 @@ TEST(RadixTreeAdminTest, EvictAndClearWorkInBatches) {
   RecordingListener listener;
   constexpr uint32_t kPage = 1;
   const uint64_t blocks = 3 * kAdminEvictionBatch + 5;
-  RadixTree tree({.capacity_pages = static_cast<uint32_t>(blocks + 1),
-                  .listener = &listener});
+  std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = static_cast<uint32_t>(blocks + 1),
+                  .listener = &listener}).value();
+  RadixTree& tree = *tree_owner;
   const NamespaceId ns =
       tree.RegisterNamespace(NamespaceSpec{.model = "m", .page_size = kPage})
           .value();
@@ -617,17 +614,15 @@ TEST_F(RadixTreeTest, PrefixKeysByTokensTrustsOnlyChainKeys) {
   const auto keys2 = Keys(t, ns2);
   AcquireResult b = tree_
                         .Acquire({.ns = ns2,
-                                  .keys = keys2,
                                   .tokens = t,
-                                  .allocate = true,
-                                  .chain_keys = true})
+                                  .allocate = true})
                         .value();
   ASSERT_TRUE(tree_.Commit(b.lease, b.new_blocks, true).ok());
   EXPECT_TRUE(WalkKeys(t).empty());
   std::vector<BlockKey> walked;
-  EXPECT_EQ(tree_.PrefixKeysByTokens(ns2, t, &walked), 2u);
+  EXPECT_EQ(tree_.TEST_WalkTokens(ns2, t, &walked), 2u);
   EXPECT_EQ(walked, keys2);
-  EXPECT_EQ(tree_.PrefixKeysByTokens(/*ns=*/99, t, &walked), 0u);
+  EXPECT_EQ(tree_.TEST_WalkTokens(/*ns=*/99, t, &walked), 0u);
 }
 
 // Random prompts over a tiny alphabet (many shared prefixes and siblings),
@@ -649,11 +644,9 @@ TEST_F(RadixTreeTest, PrefixKeysByTokensIsAlwaysAChainPrefix) {
     const std::vector<BlockKey> want = Keys(t);
     std::vector<BlockKey> resolved;
     std::vector<PageId> pages;
-    tree_.ResolveTokenKeys(ns_, t, /*stop_at_missing=*/false, &resolved,
-                           &pages);
+    tree_.TEST_TokenKeys(ns_, t, /*stop_at_missing=*/false, &resolved);
     EXPECT_EQ(resolved, want);
-    tree_.ResolveTokenKeys(ns_, t, /*stop_at_missing=*/true, &resolved,
-                           &pages);
+    tree_.TEST_TokenKeys(ns_, t, /*stop_at_missing=*/true, &resolved);
     ASSERT_LE(resolved.size(), want.size());
     EXPECT_TRUE(std::equal(resolved.begin(), resolved.end(), want.begin()));
     if (resolved.size() < want.size()) {
@@ -686,7 +679,7 @@ TEST_F(RadixTreeTest, MatchTokensEqualsMatchOfTheChainKeys) {
   for (int round = 0; round < 3000; ++round) {
     Tokens t(kPageSize * next(6) + next(kPageSize));
     for (uint32_t& x : t) x = next(3);
-    absl::StatusOr<MatchResult> got = tree_.MatchTokens(ns_, t);
+    absl::StatusOr<MatchResult> got = tree_.Match(ns_, {}, t);
     ASSERT_TRUE(got.ok()) << got.status();
     absl::StatusOr<MatchResult> want = tree_.Match(ns_, Keys(t), Full(t));
     ASSERT_TRUE(want.ok()) << want.status();
@@ -737,21 +730,21 @@ TEST_F(RadixTreeTest, MatchTokensVerifiesHashedHits) {
       {.ns = ns_, .keys = keys, .tokens = b, .allocate = true});
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(tree_.Commit(r->lease, 1, true).ok());
-  absl::StatusOr<MatchResult> m = tree_.MatchTokens(ns_, a);
+  absl::StatusOr<MatchResult> m = tree_.Match(ns_, {}, a);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->matched_blocks, 0u);
   EXPECT_EQ(m->collisions, 1u);
   EXPECT_EQ(m->hashed_blocks, 1u);
   EXPECT_EQ(tree_.Match(ns_, keys, a)->collisions, 1u);
 
-  absl::StatusOr<MatchResult> bad = tree_.MatchTokens(/*ns=*/99, a);
+  absl::StatusOr<MatchResult> bad = tree_.Match(/*ns=*/99, {}, a);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("unknown namespace id 99"),
             absl::string_view::npos)
       << bad.status();
   const uint64_t matches = tree_.GetStats().matches;
-  EXPECT_EQ(tree_.MatchTokens(ns_, {})->total_blocks, 0u);
+  EXPECT_EQ(tree_.Match(ns_, {}, {})->total_blocks, 0u);
   EXPECT_EQ(tree_.GetStats().matches, matches + 1);
 }
 
@@ -761,7 +754,7 @@ TEST_F(RadixTreeTest, KnownPagesAreRecheckedNotTrusted) {
   InsertChain(a);
   std::vector<BlockKey> keys;
   std::vector<PageId> pages;
-  ASSERT_EQ(tree_.PrefixKeysByTokens(ns_, a, &keys, &pages), 3u);
+  ASSERT_EQ(tree_.TEST_WalkTokens(ns_, a, &keys, &pages), 3u);
   ASSERT_EQ(pages.size(), 3u);
   EXPECT_EQ(MatchKnown(a, pages), 3u);
   EXPECT_EQ(MatchKnown(b, pages), 0u);
@@ -866,14 +859,15 @@ TEST_F(RadixTreeTest, KnownEpochHoldsUntilAnEviction) {
   std::vector<BlockKey> keys;
   std::vector<PageId> pages;
   uint64_t epoch = 0;
-  ASSERT_EQ(tree_.PrefixKeysByTokens(ns_, a, &keys, &pages, &epoch), 3u);
+  epoch = tree_.TEST_eviction_epoch();
+  ASSERT_EQ(tree_.TEST_WalkTokens(ns_, a, &keys, &pages), 3u);
   EXPECT_NE(epoch, 0u);  // 0 is reserved for "not walked"
   // Matches, pins and releases change no epoch.
   EXPECT_EQ(AcquireKnown(a, pages, epoch).pages, pages);
   EXPECT_EQ(MatchKnown(a, pages, epoch), 3u);
   uint64_t again = 0;
   std::vector<BlockKey> keys2;
-  tree_.PrefixKeysByTokens(ns_, a, &keys2, nullptr, &again);
+  again = tree_.TEST_eviction_epoch();
   EXPECT_EQ(again, epoch);
   // Pages of another prompt at the current epoch: the ends are re-checked
   // and the lookup decides.
@@ -888,7 +882,7 @@ TEST_F(RadixTreeTest, KnownEpochHoldsUntilAnEviction) {
   // by c is caught by the per-page check.
   ASSERT_EQ(tree_.Evict(1), 1u);
   InsertChain(c);
-  tree_.PrefixKeysByTokens(ns_, a, &keys2, nullptr, &again);
+  again = tree_.TEST_eviction_epoch();
   EXPECT_GT(again, epoch);
   AcquireResult stale = AcquireKnown(a, pages, epoch);
   EXPECT_EQ(stale.matched_blocks, 2u);
@@ -897,44 +891,35 @@ TEST_F(RadixTreeTest, KnownEpochHoldsUntilAnEviction) {
   ASSERT_TRUE(tree_.CheckInvariants().ok());
 }
 
-TEST_F(RadixTreeTest, PromptBlocksCountsKeysNotHashed) {
+// A token-mode lookup (no allocation) hashes up to the first block the tree
+// lacks and no further, yet counts every block of the prompt.
+TEST_F(RadixTreeTest, LookupsHashUpToTheFirstMissingBlock) {
   const Tokens t = {1, 2, 3, 4};
-  Insert(t);
+  InsertChain(t);
   const Tokens longer = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // 5 blocks
   const auto keys = Keys(longer);
-  // Only the first 3 keys sent (the third misses); 5 blocks counted.
-  const auto first3 = absl::MakeConstSpan(keys).first(3);
-  const Tokens tok3(longer.begin(), longer.begin() + 6);
+  std::vector<BlockKey> resolved;
+  EXPECT_EQ(tree_.TEST_TokenKeys(ns_, longer, /*stop_at_missing=*/true,
+                                 &resolved),
+            2u);
+  EXPECT_EQ(resolved, std::vector<BlockKey>(keys.begin(), keys.begin() + 3));
   const TreeStats before = tree_.GetStats();
-  AcquireResult r = tree_
-                        .Acquire({.ns = ns_,
-                                  .keys = first3,
-                                  .tokens = tok3,
-                                  .prompt_blocks = 5})
-                        .value();
+  AcquireResult r = tree_.Acquire({.ns = ns_, .tokens = longer}).value();
   EXPECT_EQ(r.total_blocks, 5u);
   EXPECT_EQ(r.matched_blocks, 2u);
   ASSERT_TRUE(tree_.Release(r.lease).ok());
-  EXPECT_EQ(tree_.GetStats().lookup_blocks - before.lookup_blocks, 5u);
-  // Fewer blocks than keys, or with allocation: refused.
-  EXPECT_EQ(tree_
-                .Acquire({.ns = ns_, .keys = first3, .tokens = tok3,
-                          .prompt_blocks = 2})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(tree_
-                .Acquire({.ns = ns_, .keys = first3, .tokens = tok3,
-                          .allocate = true, .prompt_blocks = 5})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  const TreeStats after = tree_.GetStats();
+  EXPECT_EQ(after.lookup_blocks - before.lookup_blocks, 5u);
+  EXPECT_EQ(after.walked_blocks - before.walked_blocks, 2u);
+  EXPECT_EQ(after.hashed_blocks - before.hashed_blocks, 1u);
   EXPECT_TRUE(tree_.ContainsKey(keys[1]));
   EXPECT_FALSE(tree_.ContainsKey(keys[2]));
 }
 
 TEST(RadixTreeLimitsTest, NamespacesAreBounded) {
-  RadixTree tree({.capacity_pages = 4});
+  std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = 4}).value();
+  RadixTree& tree = *tree_owner;
   NamespaceSpec spec{.model = "m",
                      .num_layers = 1,
                      .num_kv_heads = 1,
@@ -958,9 +943,11 @@ TEST(RadixTreeLimitsTest, NamespacesAreBounded) {
 TEST(RadixTreeLimitsTest, LargeTokenArenaIsCommittedOnUse) {
   constexpr uint32_t kPage = 64;
   constexpr uint32_t capacity = 5000;  // 1.28 MB of tokens
-  RadixTree tree({.capacity_pages = capacity,
+  std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = capacity,
                   .max_page_size = kPage,
-                  .eager_token_arena_bytes = 1 << 20});
+                  .eager_token_arena_bytes = 1 << 20}).value();
+  RadixTree& tree = *tree_owner;
   const NamespaceId ns =
       tree.RegisterNamespace(NamespaceSpec{.model = "m", .page_size = kPage})
           .value();
@@ -972,8 +959,7 @@ TEST(RadixTreeLimitsTest, LargeTokenArenaIsCommittedOnUse) {
     for (uint32_t& x : t) x = next++;
     const auto keys = ComputeBlockKeys(root, kPage, t);
     AcquireResult a =
-        *tree.Acquire({.ns = ns, .keys = keys, .tokens = t, .allocate = true,
-                       .chain_keys = true});
+        *tree.Acquire({.ns = ns, .tokens = t, .allocate = true});
     ASSERT_EQ(a.new_blocks, keys.size());
     ASSERT_TRUE(tree.Commit(a.lease, a.new_blocks, true).ok());
     done += a.new_blocks;
@@ -984,7 +970,7 @@ TEST(RadixTreeLimitsTest, LargeTokenArenaIsCommittedOnUse) {
   for (size_t i = 0; i < last.size(); ++i) {
     last[i] = next - static_cast<uint32_t>(last.size()) + static_cast<uint32_t>(i);
   }
-  absl::StatusOr<MatchResult> m = tree.MatchTokens(ns, last);
+  absl::StatusOr<MatchResult> m = tree.Match(ns, {}, last);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->matched_blocks, last.size() / kPage);
   EXPECT_TRUE(tree.CheckInvariants().ok());
@@ -1008,7 +994,9 @@ TEST_P(RadixTreeTokenWalkTest, EveryTokenOfEveryBlockIsCompared) {
   constexpr uint32_t kBlocks = 6;
   for (const uint32_t ps : {2u, 15u, 16u, 24u, 32u, 64u}) {
     SCOPED_TRACE(testing::Message() << "page_size " << ps);
-    RadixTree tree({.capacity_pages = 64, .vector_walk = GetParam()});
+    std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = 64, .vector_walk = GetParam()}).value();
+  RadixTree& tree = *tree_owner;
     if (!GetParam() || (ps != 16 && ps != 32)) {
       EXPECT_FALSE(tree.vector_walk(ps));
     }
@@ -1026,16 +1014,16 @@ TEST_P(RadixTreeTokenWalkTest, EveryTokenOfEveryBlockIsCompared) {
       base[i] = static_cast<uint32_t>(1000 + 7 * i);
     }
     const auto keys = ComputeBlockKeys(tree.namespace_root(ns), ps, base);
-    AcquireResult a = *tree.Acquire({.ns = ns, .keys = keys, .tokens = base,
-                                     .allocate = true, .chain_keys = true});
+    AcquireResult a = *tree.Acquire({.ns = ns, .tokens = base,
+                                     .allocate = true});
     ASSERT_TRUE(tree.Commit(a.lease, a.new_blocks, true).ok());
 
-    MatchResult whole = *tree.MatchTokens(ns, base);
+    MatchResult whole = *tree.Match(ns, {}, base);
     EXPECT_EQ(whole.matched_blocks, kBlocks);
     EXPECT_EQ(whole.walked_blocks, kBlocks);
     std::vector<BlockKey> walked_keys;
     std::vector<PageId> pages;
-    EXPECT_EQ(tree.PrefixKeysByTokens(ns, base, &walked_keys, &pages),
+    EXPECT_EQ(tree.TEST_WalkTokens(ns, base, &walked_keys, &pages),
               kBlocks);
     EXPECT_EQ(walked_keys, keys);
 
@@ -1043,11 +1031,11 @@ TEST_P(RadixTreeTokenWalkTest, EveryTokenOfEveryBlockIsCompared) {
       for (uint32_t j = 0; j < ps; ++j) {
         Tokens t = base;
         t[size_t{b} * ps + j] ^= 1u << ((j * 7 + b) % 32);
-        MatchResult m = *tree.MatchTokens(ns, t);
+        MatchResult m = *tree.Match(ns, {}, t);
         ASSERT_EQ(m.matched_blocks, b) << "token " << j << " of block " << b;
         walked_keys.clear();
         pages.clear();
-        ASSERT_EQ(tree.PrefixKeysByTokens(ns, t, &walked_keys, &pages), b)
+        ASSERT_EQ(tree.TEST_WalkTokens(ns, t, &walked_keys, &pages), b)
             << "token " << j << " of block " << b;
         ASSERT_EQ(walked_keys.size(), b);
         ASSERT_EQ(pages.size(), b);
@@ -1064,7 +1052,9 @@ TEST_P(RadixTreeTokenWalkTest, EveryTokenOfEveryBlockIsCompared) {
 TEST_P(RadixTreeTokenWalkTest, AgreesWithTheChainKeysUnderChurn) {
   for (const uint32_t ps : {16u, 32u}) {
     SCOPED_TRACE(testing::Message() << "page_size " << ps);
-    RadixTree tree({.capacity_pages = 12, .vector_walk = GetParam()});
+    std::unique_ptr<RadixTree> tree_owner =
+      RadixTree::Create({.capacity_pages = 12, .vector_walk = GetParam()}).value();
+  RadixTree& tree = *tree_owner;
     const NamespaceId ns =
         tree.RegisterNamespace(NamespaceSpec{.model = "m", .page_size = ps})
             .value();
@@ -1087,20 +1077,20 @@ TEST_P(RadixTreeTokenWalkTest, AgreesWithTheChainKeysUnderChurn) {
         }
       }
       const std::vector<BlockKey> keys = ComputeBlockKeys(root, ps, t);
-      absl::StatusOr<MatchResult> got = tree.MatchTokens(ns, t);
+      absl::StatusOr<MatchResult> got = tree.Match(ns, {}, t);
       absl::StatusOr<MatchResult> want = tree.Match(ns, keys, t);
       ASSERT_TRUE(got.ok() && want.ok());
       ASSERT_EQ(got->matched_blocks, want->matched_blocks) << "round " << round;
       std::vector<BlockKey> walked_keys;
-      tree.PrefixKeysByTokens(ns, t, &walked_keys);
+      tree.TEST_WalkTokens(ns, t, &walked_keys);
       ASSERT_LE(walked_keys.size(), got->matched_blocks) << "round " << round;
       ASSERT_TRUE(std::equal(walked_keys.begin(), walked_keys.end(),
                              keys.begin()))
           << "round " << round;
       walked += got->walked_blocks;
       hits += got->matched_blocks;
-      AcquireResult a = *tree.Acquire({.ns = ns, .keys = keys, .tokens = t,
-                                       .allocate = true, .chain_keys = true});
+      AcquireResult a = *tree.Acquire({.ns = ns, .tokens = t,
+                                       .allocate = true});
       if (a.lease != 0) {
         ASSERT_TRUE(tree.Commit(a.lease, a.new_blocks, true).ok());
       }

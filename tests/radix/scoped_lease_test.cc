@@ -13,7 +13,9 @@ namespace {
 
 class ScopedLeaseTest : public testing::Test {
  protected:
-  ScopedLeaseTest() : tree_({.capacity_pages = 4}) {
+  ScopedLeaseTest()
+      : tree_owner_(RadixTree::Create({.capacity_pages = 4}).value()),
+        tree_(*tree_owner_) {
     ns_ = tree_.RegisterNamespace({.model = "m", .page_size = 1}).value();
   }
   AcquireResult Acquire(std::vector<uint32_t> t) {
@@ -21,7 +23,8 @@ class ScopedLeaseTest : public testing::Test {
     return tree_.Acquire({.ns = ns_, .keys = keys, .tokens = t, .allocate = true})
         .value();
   }
-  RadixTree tree_;
+  std::unique_ptr<RadixTree> tree_owner_;
+  RadixTree& tree_;
   NamespaceId ns_ = 0;
 };
 

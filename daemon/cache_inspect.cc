@@ -1,0 +1,274 @@
+// Cache: the operator's view (the Admin service's core): statistics,
+// namespaces, sessions, the tree, "explain this miss", eviction.
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/cache.h"
+#include "radix/status_macros.h"
+#include "radixkv/errors.h"
+#include "radixkv/namespace_spec.h"
+
+namespace radixkv::daemon {
+namespace {
+
+// DumpTree bounds (documented in the .proto).
+constexpr uint32_t kDefaultDumpLimit = 100;
+constexpr uint32_t kMaxDumpLimit = 10000;
+
+v1::BlockState ToProto(BlockStatus s) {
+  switch (s) {
+    case BlockStatus::kCached: return v1::BLOCK_STATE_CACHED;
+    case BlockStatus::kNotPresent: return v1::BLOCK_STATE_NOT_PRESENT;
+    case BlockStatus::kEvicted: return v1::BLOCK_STATE_EVICTED;
+    case BlockStatus::kTokenMismatch: return v1::BLOCK_STATE_TOKEN_MISMATCH;
+    case BlockStatus::kParentMissing: return v1::BLOCK_STATE_PARENT_MISSING;
+  }
+  return v1::BLOCK_STATE_UNSPECIFIED;
+}
+
+const char* Reason(v1::BlockState s) {
+  switch (s) {
+    case v1::BLOCK_STATE_CACHED: return "cached";
+    case v1::BLOCK_STATE_NOT_PRESENT: return "not present (never cached, or forgotten)";
+    case v1::BLOCK_STATE_EVICTED: return "evicted (LRU, Evict or Clear)";
+    case v1::BLOCK_STATE_TOKEN_MISMATCH:
+      return "key cached with different tokens (hash collision)";
+    case v1::BLOCK_STATE_WRONG_NAMESPACE:
+      return "these tokens are cached under another namespace";
+    case v1::BLOCK_STATE_PARENT_MISSING:
+      return "an earlier block of the prompt is not cached";
+    default: return "";
+  }
+}
+
+void FillTreeStats(const TreeStats& ts, v1::Stats* s) {
+  s->set_capacity_pages(ts.capacity_pages);
+  s->set_free_pages(ts.free_pages);
+  s->set_writing_pages(ts.writing_pages);
+  s->set_cached_pages(ts.cached_pages);
+  s->set_pinned_pages(ts.pinned_pages);
+  s->set_lookup_tokens(ts.lookup_tokens);
+  s->set_hit_tokens(ts.hit_tokens);
+  s->set_evicted_pages(ts.evicted_pages);
+  s->set_leases(ts.leases);
+  s->set_hash_collisions(ts.hash_collisions);
+  s->set_tree_nodes(ts.nodes);
+  s->set_namespaces(ts.namespaces);
+  s->set_lookups(ts.lookups);
+  s->set_matches(ts.matches);
+  s->set_inserted_blocks(ts.inserted_blocks);
+  s->set_deduplicated_blocks(ts.deduplicated_blocks);
+  s->set_lease_expired(ts.leases_expired);
+  s->set_walked_blocks(ts.walked_blocks);
+  s->set_hashed_blocks(ts.hashed_blocks);
+  s->set_invariants_ok(ts.free_pages + ts.writing_pages + ts.cached_pages ==
+                           ts.capacity_pages &&
+                       ts.pinned_pages <= ts.cached_pages);
+}
+
+}  // namespace
+
+void Cache::GetStats(v1::Stats* s) const {
+  s->Clear();
+  if (const RadixTree* t = registry_.tree(); t != nullptr) {
+    FillTreeStats(t->GetStats(), s);
+  } else {
+    s->set_invariants_ok(true);
+  }
+  s->set_sessions(sessions_.size());
+  s->set_lease_abandoned(lease_abandoned_total());
+  s->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
+  registry_.FillPoolInfo(s->mutable_pool());
+  s->set_version(RADIXKV_VERSION_STRING);
+}
+
+uint64_t Cache::lease_expired_total() const {
+  const RadixTree* t = registry_.tree();
+  return t == nullptr ? 0 : t->GetStats().leases_expired;
+}
+
+void Cache::ListNamespaces(v1::ListNamespacesResponse* resp) const {
+  resp->Clear();
+  const RadixTree* t = registry_.tree();
+  if (t == nullptr) return;
+  const auto per_ns = sessions_.SessionsPerNamespace();
+  for (const NamespaceInfo& info : t->ListNamespaces()) {
+    v1::NamespaceEntry* e = resp->add_namespaces();
+    e->set_namespace_id(info.root.ToCanonical());
+    NamespaceToProto(info.spec, e->mutable_namespace_());
+    e->set_cached_blocks(info.cached_blocks);
+    auto it = per_ns.find(info.id);
+    e->set_sessions(it == per_ns.end() ? 0 : it->second);
+  }
+}
+
+void Cache::ListSessions(v1::ListSessionsResponse* resp) const {
+  resp->Clear();
+  const absl::Time now = absl::Now();
+  const RadixTree* t = registry_.tree();
+  for (const SessionEntry& s : sessions_.List()) {
+    v1::SessionEntry* e = resp->add_sessions();
+    e->set_session_id(s.id);
+    e->set_client_name(s.client_name);
+    e->set_namespace_id(s.binding.root.ToCanonical());
+    e->set_device(s.device);
+    e->set_leases(t == nullptr ? 0 : t->owner_leases(s.owner));
+    e->set_age_seconds(absl::ToDoubleSeconds(now - s.created));
+    e->set_peer(s.peer);
+  }
+}
+
+absl::Status Cache::DumpTree(const v1::DumpTreeRequest& req,
+                             v1::DumpTreeResponse* resp) const {
+  const uint32_t limit = req.limit() == 0 ? kDefaultDumpLimit : req.limit();
+  if (limit > kMaxDumpLimit) {
+    return FieldError(absl::StatusCode::kInvalidArgument, "limit",
+                      v1::ERROR_REASON_INVALID,
+                      absl::StrCat(limit, " exceeds the maximum ",
+                                   kMaxDumpLimit));
+  }
+  const uint32_t max_depth = req.has_max_depth()
+                                 ? req.max_depth()
+                                 : std::numeric_limits<uint32_t>::max();
+  resp->Clear();
+  const RadixTree* t = registry_.tree();
+  if (t == nullptr) return absl::OkStatus();
+  const absl::flat_hash_map<NamespaceId, BlockKey> roots = registry_.Roots();
+  const uint64_t total = t->GetStats().nodes;
+  const std::vector<NodeInfo> nodes = t->DumpTree(max_depth, limit);
+  for (const NodeInfo& n : nodes) {
+    v1::TreeNode* out = resp->add_nodes();
+    out->set_key(n.key.ToCanonical());
+    out->set_parent_key(n.parent_key.ToCanonical());
+    if (auto it = roots.find(n.ns); it != roots.end()) {
+      out->set_namespace_id(it->second.ToCanonical());
+    }
+    out->set_page(n.page);
+    out->set_depth(n.depth);
+    out->set_refcount(n.refcount);
+    out->set_children(n.children);
+    out->set_age_seconds(n.age_seconds);
+  }
+  resp->set_total_nodes(total);
+  // Only the limit truncates; a max_depth filter is what was asked for.
+  resp->set_truncated(nodes.size() >= limit && nodes.size() < total);
+  return absl::OkStatus();
+}
+
+// For blocks not cached in the prompt's namespace: index of the first
+// other namespace (same block size) that caches the same tokens as a prefix
+// up to that block, or -1. Only tokens can tell (keys are per namespace).
+static std::vector<int> OtherNamespaceHits(
+    const RadixTree& t, const NamespaceRegistry& registry,
+    const NamespaceSpec& spec, const BlockKey& root,
+    absl::Span<const uint32_t> tokens, size_t blocks,
+    std::vector<BlockKey>* other_roots) {
+  std::vector<int> hit(blocks, -1);
+  for (const NamespaceEntry& o : registry.WithPageSize(spec.page_size, root)) {
+    const std::vector<BlockKey> keys =
+        ComputeBlockKeys(o.root, o.spec.page_size, tokens);
+    // Explain, not Match: it reads the same and leaves the Match counter
+    // (radixkv_matches_total) alone.
+    absl::StatusOr<std::vector<BlockExplanation>> m =
+        t.Explain(o.id, keys, tokens);
+    if (!m.ok()) continue;
+    for (size_t i = 0; i < m->size() && i < blocks; ++i) {
+      if ((*m)[i].status != BlockStatus::kCached) break;
+      if (hit[i] < 0) hit[i] = static_cast<int>(other_roots->size());
+    }
+    other_roots->push_back(o.root);
+  }
+  return hit;
+}
+
+absl::Status Cache::Explain(const v1::ExplainRequest& req,
+                            v1::ExplainResponse* resp) const {
+  ASSIGN_OR_RETURN(NamespaceSpec spec,
+                   ValidateNamespace(req.namespace_(), limits_));
+  ASSIGN_OR_RETURN(Prompt p,
+                   ValidatePrompt(FieldsOf(req), spec.page_size, limits_));
+  const BlockKey root = NamespaceRoot(spec);
+  std::vector<BlockKey> keys = std::move(p.keys);
+  absl::Span<const uint32_t> tokens;
+  if (!p.key_mode) {
+    keys = ComputeBlockKeys(root, spec.page_size, p.tokens);
+    tokens = p.tokens.first(keys.size() * spec.page_size);
+  }
+  resp->Clear();
+  resp->set_namespace_id(root.ToCanonical());
+  resp->set_total_blocks(static_cast<uint32_t>(keys.size()));
+
+  const RadixTree* t = registry_.tree();
+  NamespaceEntry ns;
+  const bool known = t != nullptr && registry_.Find(root, &ns);
+  resp->set_namespace_known(known);
+  std::vector<BlockExplanation> blocks;
+  if (known) {
+    ASSIGN_OR_RETURN(blocks, t->Explain(ns.id, keys, tokens));
+  } else {
+    blocks.resize(keys.size());
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      blocks[i].key = keys[i];
+      blocks[i].status =
+          i == 0 ? BlockStatus::kNotPresent : BlockStatus::kParentMissing;
+    }
+  }
+  std::vector<BlockKey> other_roots;
+  const std::vector<int> other =
+      !p.key_mode && t != nullptr
+          ? OtherNamespaceHits(*t, registry_, spec, root, tokens,
+                               blocks.size(), &other_roots)
+          : std::vector<int>(blocks.size(), -1);
+
+  uint32_t matched = 0;
+  bool prefix = true;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const BlockExplanation& b = blocks[i];
+    v1::BlockExplanation* out = resp->add_blocks();
+    out->set_index(static_cast<uint32_t>(i));
+    out->set_key(b.key.ToCanonical());
+    v1::BlockState state = ToProto(b.status);
+    if ((state == v1::BLOCK_STATE_NOT_PRESENT ||
+         state == v1::BLOCK_STATE_PARENT_MISSING) &&
+        other[i] >= 0) {
+      state = v1::BLOCK_STATE_WRONG_NAMESPACE;
+      out->set_other_namespace_id(other_roots[other[i]].ToCanonical());
+    }
+    out->set_state(state);
+    out->set_reason(Reason(state));
+    if (state == v1::BLOCK_STATE_CACHED) {
+      out->set_page(b.page);
+      out->set_refcount(b.refcount);
+      out->set_age_seconds(b.age_seconds);
+      if (prefix) ++matched;
+    } else {
+      prefix = false;
+    }
+  }
+  resp->set_matched_blocks(matched);
+  return absl::OkStatus();
+}
+
+void Cache::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) {
+  resp->Clear();
+  RadixTree* t = registry_.tree();
+  if (t == nullptr) return;
+  resp->set_evicted(t->Evict(req.pages()));
+}
+
+void Cache::Clear(v1::ClearResponse* resp) {
+  resp->Clear();
+  RadixTree* t = registry_.tree();
+  if (t == nullptr) return;
+  resp->set_removed(t->Clear());
+  resp->set_pinned_remaining(t->GetStats().cached_pages);
+}
+
+absl::Status Cache::CheckInvariants() const {
+  const RadixTree* t = registry_.tree();
+  return t == nullptr ? absl::OkStatus() : t->CheckInvariants();
+}
+
+}  // namespace radixkv::daemon

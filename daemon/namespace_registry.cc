@@ -1,0 +1,149 @@
+#include "daemon/namespace_registry.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/log.h"
+#include "radix/status_macros.h"
+#include "radixkv/errors.h"
+
+namespace radixkv::daemon {
+
+NamespaceRegistry::NamespaceRegistry(const RegistryOptions& options)
+    : options_(options) {}
+
+absl::StatusOr<NamespaceEntry> NamespaceRegistry::Bind(
+    const NamespaceSpec& spec) {
+  const BlockKey root = NamespaceRoot(spec);
+  absl::MutexLock lock(&mu_);
+  if (auto it = namespaces_.find(root); it != namespaces_.end()) {
+    return it->second;
+  }
+  if (tree_owner_ == nullptr) return BindFirst(spec, root);
+  // A none pool has no page memory, but its layout is still fixed by the
+  // first namespace so that moving to a real pool changes nothing.
+  const uint64_t page_bytes = spec.PageBytes();
+  const bool needs_memory = options_.pool.backend != gpu::Backend::kNone;
+  const uint64_t pool_bytes =
+      needs_memory ? pool_owner_->page_bytes() : first_page_bytes_;
+  const bool mismatch = needs_memory ? page_bytes != pool_bytes
+                                     : (page_bytes != 0 && pool_bytes != 0 &&
+                                        page_bytes != pool_bytes);
+  if (mismatch) {
+    return FieldError(
+        absl::StatusCode::kFailedPrecondition, "namespace",
+        v1::ERROR_REASON_INVALID,
+        absl::StrCat("page_bytes ", page_bytes,
+                     " (num_layers x 2 x num_kv_heads x page_size x head_dim "
+                     "x dtype bytes) differs from the pool's page_bytes ",
+                     pool_bytes, ", fixed by the first namespace bound to it "
+                     "(model '", first_model_,
+                     "'); run another radixkvd for this layout"));
+  }
+  absl::StatusOr<NamespaceId> id = tree_owner_->RegisterNamespace(spec);
+  if (!id.ok()) {
+    return WithField("namespace", absl::IsResourceExhausted(id.status())
+                                      ? v1::ERROR_REASON_LIMIT
+                                      : v1::ERROR_REASON_INVALID,
+                     id.status());
+  }
+  return Record(*id, spec, root);
+}
+
+absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
+    const NamespaceSpec& spec, const BlockKey& root) {
+  const uint64_t page_bytes = spec.PageBytes();
+  if (options_.pool.backend != gpu::Backend::kNone && page_bytes == 0) {
+    return FieldError(
+        absl::StatusCode::kInvalidArgument, "namespace",
+        v1::ERROR_REASON_INVALID,
+        absl::StrCat("num_layers, num_kv_heads, head_dim and dtype must all "
+                     "be set for a ", gpu::BackendName(options_.pool.backend),
+                     " pool (page_bytes would be 0)"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<gpu::PagePool> pool,
+                   gpu::CreatePagePool(options_.pool, page_bytes));
+  if (pool->capacity_pages() == 0 || pool->capacity_pages() >= kNoPage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pool: ", pool->capacity_pages(), " pages of ", page_bytes,
+        " bytes; the pool must hold 1..", kNoPage - 1, " pages"));
+  }
+  RadixTreeOptions topts;
+  topts.capacity_pages = static_cast<uint32_t>(pool->capacity_pages());
+  topts.max_page_size = options_.max_page_size;
+  topts.remembered_evictions = options_.remembered_evictions;
+  topts.listener = options_.events;
+  ASSIGN_OR_RETURN(std::unique_ptr<RadixTree> tree, RadixTree::Create(topts));
+  ASSIGN_OR_RETURN(NamespaceId id, tree->RegisterNamespace(spec));
+  pool_owner_ = std::move(pool);
+  tree_owner_ = std::move(tree);
+  pool_.store(pool_owner_.get(), std::memory_order_release);
+  tree_.store(tree_owner_.get(), std::memory_order_release);
+  first_model_ = spec.model;
+  first_page_bytes_ = page_bytes;
+  Log(LogLevel::kInfo,
+      absl::StrCat("pool ", gpu::BackendName(options_.pool.backend), ": ",
+                   topts.capacity_pages, " pages of ", page_bytes,
+                   " bytes, layout fixed by model '", spec.model,
+                   "' (page_size ", spec.page_size, "), ",
+                   tree_owner_->vector_walk(spec.page_size) ? "AVX2"
+                                                            : "portable",
+                   " token walk"));
+  return Record(id, spec, root);
+}
+
+NamespaceEntry NamespaceRegistry::Record(NamespaceId id,
+                                         const NamespaceSpec& spec,
+                                         const BlockKey& root) {
+  NamespaceEntry e{id, spec, root};
+  namespaces_[root] = e;
+  roots_[id] = root;
+  if (options_.events != nullptr) options_.events->SetNamespaceRoot(id, root);
+  return e;
+}
+
+bool NamespaceRegistry::Find(const BlockKey& root, NamespaceEntry* out) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = namespaces_.find(root);
+  if (it == namespaces_.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+std::vector<NamespaceEntry> NamespaceRegistry::WithPageSize(
+    uint32_t page_size, const BlockKey& except) const {
+  std::vector<NamespaceEntry> out;
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [root, e] : namespaces_) {
+    if (root != except && e.spec.page_size == page_size) out.push_back(e);
+  }
+  return out;
+}
+
+absl::flat_hash_map<NamespaceId, BlockKey> NamespaceRegistry::Roots() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return roots_;
+}
+
+void NamespaceRegistry::FillPoolInfo(v1::PoolInfo* info) const {
+  const gpu::PagePool* p = pool();
+  info->set_backend(gpu::BackendName(options_.pool.backend));
+  info->set_device(options_.pool.backend == gpu::Backend::kCuda
+                       ? options_.pool.device
+                       : -1);
+  if (p == nullptr) {
+    if (options_.pool.backend == gpu::Backend::kNone) {
+      info->set_capacity_pages(options_.pool.pages);
+    }
+    return;
+  }
+  info->set_page_bytes(p->page_bytes());
+  info->set_capacity_pages(p->capacity_pages());
+  info->set_pages_per_chunk(p->pages_per_chunk());
+  info->set_device(p->device());
+  if (p->backend() != gpu::Backend::kNone) {
+    info->set_attach_socket(options_.attach_socket);
+  }
+}
+
+}  // namespace radixkv::daemon

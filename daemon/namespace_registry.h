@@ -1,0 +1,104 @@
+// File: daemon/namespace_registry.h
+//
+// NamespaceRegistry: the namespaces radixkvd serves, and the page pool and
+// radix tree they share. Both are created when the first namespace binds,
+// because a pool's page size in bytes is fixed by that namespace's layout:
+// a host or cuda pool gets capacity bytes / page_bytes pages, a none pool
+// spec.pages. A later namespace with other page_bytes is refused with
+// FAILED_PRECONDITION naming both sizes.
+//
+// Thread safety: thread-safe. tree() and pool() are published once (release
+// ordering) and never change afterwards, so they are read without a lock.
+// Lock order: the registry's mutex before the tree's.
+#ifndef RADIXKV_DAEMON_NAMESPACE_REGISTRY_H_
+#define RADIXKV_DAEMON_NAMESPACE_REGISTRY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/event_log.h"
+#include "gpu/pool.h"
+#include "radix/radix_tree.h"
+#include "radixkv/v1/radixkv.pb.h"
+
+namespace radixkv::daemon {
+
+struct NamespaceEntry {
+  NamespaceId id = 0;
+  NamespaceSpec spec;
+  BlockKey root;
+};
+
+struct RegistryOptions {
+  // The pool to create when the first namespace binds.
+  gpu::PoolSpec pool;
+  // RadixTreeOptions for the tree.
+  uint32_t max_page_size = 1024;
+  uint32_t remembered_evictions = 4096;
+  // Receives the tree's events and learns each namespace's root. Not
+  // owned; may be null; must outlive the registry.
+  EventLog* events = nullptr;
+  // Reported in PoolInfo.attach_socket (empty: no attach socket).
+  std::string attach_socket;
+};
+
+class NamespaceRegistry {
+ public:
+  explicit NamespaceRegistry(const RegistryOptions& options);
+  NamespaceRegistry(const NamespaceRegistry&) = delete;
+  NamespaceRegistry& operator=(const NamespaceRegistry&) = delete;
+
+  // Registers `spec` (already validated), creating pool and tree on first
+  // use; an equal spec gets the same entry again. Errors name the field or
+  // the flag (--pool) and change nothing.
+  absl::StatusOr<NamespaceEntry> Bind(const NamespaceSpec& spec);
+  // The registered namespace with this root, if any.
+  bool Find(const BlockKey& root, NamespaceEntry* out) const;
+  // Registered namespaces other than `except` with this page_size.
+  std::vector<NamespaceEntry> WithPageSize(uint32_t page_size,
+                                           const BlockKey& except) const;
+  // Namespace id -> root, for every registered namespace.
+  absl::flat_hash_map<NamespaceId, BlockKey> Roots() const;
+
+  // nullptr until the first namespace binds.
+  RadixTree* tree() const { return tree_.load(std::memory_order_acquire); }
+  const gpu::PagePool* pool() const {
+    return pool_.load(std::memory_order_acquire);
+  }
+  void FillPoolInfo(v1::PoolInfo* info) const;
+
+ private:
+  // Creates pool and tree for the first namespace. REQUIRES: mu_ held.
+  absl::StatusOr<NamespaceEntry> BindFirst(const NamespaceSpec& spec,
+                                           const BlockKey& root)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a namespace the tree registered. REQUIRES: mu_ held.
+  NamespaceEntry Record(NamespaceId id, const NamespaceSpec& spec,
+                        const BlockKey& root) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const RegistryOptions options_;
+
+  mutable absl::Mutex mu_;
+  // mu_ protects the following.
+  std::unique_ptr<gpu::PagePool> pool_owner_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RadixTree> tree_owner_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<BlockKey, NamespaceEntry> namespaces_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<NamespaceId, BlockKey> roots_ ABSL_GUARDED_BY(mu_);
+  std::string first_model_ ABSL_GUARDED_BY(mu_);
+  uint64_t first_page_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::atomic<const gpu::PagePool*> pool_{nullptr};
+  std::atomic<RadixTree*> tree_{nullptr};
+};
+
+}  // namespace radixkv::daemon
+
+#endif  // RADIXKV_DAEMON_NAMESPACE_REGISTRY_H_

@@ -1,0 +1,371 @@
+// File: radix/radix_tree_lease.cc
+//
+// RadixTree's lease operations: Acquire, Commit, Release and the ends of
+// leases by owner and by expiry. A lease record (radix_tree_internal.h) is
+// created only by AcquireLocked and forgotten only by EraseLease.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "radix/radix_tree.h"
+#include "radix/radix_tree_internal.h"
+#include "radix/status_macros.h"
+
+namespace radixkv {
+
+using radix_internal::Lease;
+using radix_internal::Node;
+using radix_internal::ResolvedPrompt;
+
+void RadixTree::Impl::EndLease(Lease& lease) {
+  const uint32_t now = NowSeconds();
+  for (PageId p : lease.writing) {
+    if (nodes[p].state == PageState::kWriting) {
+      assert(writing_count > 0);
+      --writing_count;
+      PushFree(p);
+    }
+  }
+  // Deepest first, so each node lands in the recency list after its children.
+  for (auto it = lease.path.rbegin(); it != lease.path.rend(); ++it) {
+    Unpin(*it, now);
+  }
+}
+
+void RadixTree::Impl::EraseLease(LeaseMap::iterator it) {
+  Lease& lease = it->second;
+  EndLease(lease);
+  if (lease.owner != kNoOwner) {
+    auto o = owner_leases.find(lease.owner);
+    assert(o != owner_leases.end() && o->second > 0 &&
+           "EraseLease: owner count out of step with the lease table");
+    if (--o->second == 0) owner_leases.erase(o);
+  }
+  leases.erase(it);
+}
+
+absl::StatusOr<RadixTree::Impl::LeaseMap::iterator> RadixTree::Impl::FindLease(
+    LeaseId id, OwnerId owner, absl::Time now) {
+  auto it = leases.find(id);
+  if (it == leases.end() || it->second.owner != owner) {
+    return absl::NotFoundError(absl::StrCat(
+        "unknown lease ", id,
+        " for this owner (ended, expired, or held by another)"));
+  }
+  if (it->second.expires <= now) {
+    EraseLease(it);
+    ++stats.leases_expired;
+    return absl::NotFoundError(
+        absl::StrCat("lease ", id, " expired; its pages were released"));
+  }
+  return it;
+}
+
+absl::Status RadixTree::Impl::CheckEndLeases(const AcquireRequest& req,
+                                             absl::Time now) const {
+  const char* field = req.end_leases_field;
+  // Checked whole before anything changes; ending one twice would unpin
+  // its pages twice.
+  absl::flat_hash_set<LeaseId> seen;
+  for (size_t i = 0; i < req.end_leases.size(); ++i) {
+    const LeaseId id = req.end_leases[i];
+    auto it = leases.find(id);
+    if (it == leases.end() || it->second.owner != req.owner ||
+        it->second.expires <= now) {
+      return absl::NotFoundError(absl::StrCat(
+          field, "[", i, "]: lease ", id,
+          " is unknown to this owner (ended, expired, or held by another)"));
+    }
+    if (req.end_leases.size() > 1 && !seen.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": lease ", id, " is listed twice"));
+    }
+  }
+  if (req.owner != kNoOwner && req.max_owner_leases != 0) {
+    auto o = owner_leases.find(req.owner);
+    const uint64_t held = o == owner_leases.end() ? 0 : o->second;
+    if (held - std::min<uint64_t>(held, req.end_leases.size()) >=
+        req.max_owner_leases) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the owner holds ", held, " leases, the limit is ",
+          req.max_owner_leases, "; commit or release some"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
+  Impl& m = *impl_;
+  ResolvedPrompt prompt;
+  if (req.keys.empty() && !req.tokens.empty()) {
+    // Token mode: without allocation only the matched prefix matters, so
+    // hashing stops at the first block the tree lacks.
+    ASSIGN_OR_RETURN(prompt, m.ResolveTokens(req.ns, req.tokens,
+                                             /*stop_at_missing=*/!req.allocate));
+  } else {
+    prompt.keys = req.keys;
+    prompt.tokens = req.tokens;
+    prompt.total_blocks = static_cast<uint32_t>(req.keys.size());
+  }
+  const absl::Time now = absl::Now();
+  WriterMutexLock lock(&m.mu);
+  RETURN_IF_ERROR(
+      m.ValidateRequest("Acquire", req.ns, prompt.keys, prompt.tokens));
+  RETURN_IF_ERROR(m.CheckEndLeases(req, now));
+  return m.AcquireLocked(req, prompt);
+}
+
+absl::StatusOr<AcquireResult> RadixTree::TEST_AcquireWalked(
+    const AcquireRequest& req, absl::Span<const PageId> known,
+    uint64_t known_epoch) {
+  Impl& m = *impl_;
+  ResolvedPrompt prompt;
+  prompt.keys = req.keys;
+  prompt.tokens = req.tokens;
+  prompt.total_blocks = static_cast<uint32_t>(req.keys.size());
+  prompt.known_pages = known;
+  prompt.known_epoch = known_epoch;
+  const absl::Time now = absl::Now();
+  WriterMutexLock lock(&m.mu);
+  RETURN_IF_ERROR(
+      m.ValidateRequest("Acquire", req.ns, prompt.keys, prompt.tokens));
+  RETURN_IF_ERROR(m.CheckEndLeases(req, now));
+  return m.AcquireLocked(req, prompt);
+}
+
+AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
+                                             const ResolvedPrompt& prompt) {
+  const uint32_t ps = namespaces[req.ns].spec.page_size;
+  const uint32_t now = NowSeconds();
+  const bool token_mode = req.keys.empty() && !req.tokens.empty();
+  AcquireResult r;
+  r.total_blocks = prompt.total_blocks;
+  r.pages.reserve(prompt.keys.size());
+  MatchPath(req.ns, prompt.keys, prompt.tokens, prompt.known_pages,
+            prompt.known_epoch, &r.pages, &r.collisions);
+  r.matched_blocks = static_cast<uint32_t>(r.pages.size());
+
+  stats.lookups++;
+  stats.lookup_blocks += r.total_blocks;
+  stats.hit_blocks += r.matched_blocks;
+  stats.lookup_tokens += uint64_t{r.total_blocks} * ps;
+  stats.hit_tokens += uint64_t{r.matched_blocks} * ps;
+  stats.hash_collisions += r.collisions;
+  if (token_mode) {
+    walked_blocks.fetch_add(prompt.walked_blocks, std::memory_order_relaxed);
+    hashed_blocks.fetch_add(prompt.keys.size() - prompt.walked_blocks,
+                            std::memory_order_relaxed);
+  }
+
+  // Pin the matched path before evicting, so eviction cannot take it.
+  PageId parent = kNoPage;
+  for (PageId p : r.pages) {
+    Pin(p, now);
+    SetHotChild(req.ns, parent, p);
+    parent = p;
+  }
+  // Then end the leases the caller is done with: pages this Acquire just
+  // pinned only lose a reference; the rest become evictable (or free).
+  for (LeaseId id : req.end_leases) EraseLease(leases.find(id));
+
+  uint32_t want = 0;
+  if (req.allocate) {
+    want = r.total_blocks - r.matched_blocks;
+    if (req.max_new_blocks != 0) want = std::min(want, req.max_new_blocks);
+  }
+  Lease lease;
+  lease.owner = req.owner;
+  lease.expires = req.expires;
+  lease.ns = req.ns;
+  lease.has_tokens = !prompt.tokens.empty();
+  lease.chain_keyed = token_mode;
+  for (uint32_t k = 0; k < want; ++k) {
+    if (free_head == kNoPage) {
+      if (!EvictOne()) break;
+      ++r.evicted_pages;
+    }
+    const PageId p = PopFree();
+    assert(nodes[p].state == PageState::kFree);
+    nodes[p].state = PageState::kWriting;
+    ++writing_count;
+    const size_t block = size_t{r.matched_blocks} + k;
+    if (lease.has_tokens) {
+      std::memcpy(MutableTokensOf(p), prompt.tokens.data() + block * ps,
+                  size_t{ps} * sizeof(uint32_t));
+    }
+    lease.writing.push_back(p);
+    lease.keys.push_back(prompt.keys[block]);
+    r.pages.push_back(p);
+  }
+  r.new_blocks = static_cast<uint32_t>(lease.writing.size());
+  if (!r.pages.empty()) {
+    lease.path.assign(r.pages.begin(), r.pages.begin() + r.matched_blocks);
+    lease.matched = r.matched_blocks;
+    r.lease = next_lease++;
+    if (lease.owner != kNoOwner) ++owner_leases[lease.owner];
+    leases.emplace(r.lease, std::move(lease));
+  }
+  FlushEvents();
+  return r;
+}
+
+void RadixTree::Impl::InsertNode(Lease& lease, PageId w, const BlockKey& key,
+                                 PageId parent, uint32_t depth, uint32_t now) {
+  Node& n = nodes[w];
+  assert(n.state == PageState::kWriting && "InsertNode: page is not WRITING");
+  n.key = key;
+  n.parent = parent;
+  n.refs = 1;
+  n.children = 0;
+  n.last_used = now;
+  n.ns = lease.ns;
+  n.state = PageState::kCached;
+  n.has_tokens = lease.has_tokens;
+  n.chain_keyed = lease.chain_keyed;
+  n.hot_child = kNoPage;
+  SetHotChild(lease.ns, parent, w);
+  index.insert(w);
+  if (parent != kNoPage) ++nodes[parent].children;
+  ++namespaces[lease.ns].cached_blocks;
+  assert(writing_count > 0);
+  --writing_count;
+  ++cached_count;
+  ++pinned_count;
+  lease.path.push_back(w);
+  if (listener != nullptr) {
+    TreeEvent e;
+    e.type = TreeEvent::Type::kStored;
+    e.ns = lease.ns;
+    e.key = key;
+    e.parent_key = ParentKey(n);
+    e.page = w;
+    e.depth = depth;
+    pending_events.push_back(e);
+  }
+}
+
+absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
+                                               uint32_t blocks, bool release,
+                                               OwnerId owner) {
+  Impl& m = *impl_;
+  const absl::Time wall = absl::Now();
+  WriterMutexLock lock(&m.mu);
+  ASSIGN_OR_RETURN(Impl::LeaseMap::iterator it,
+                   m.FindLease(lease_id, owner, wall));
+  Lease& lease = it->second;
+  const uint32_t uncommitted =
+      static_cast<uint32_t>(lease.writing.size()) - lease.committed;
+  if (blocks > uncommitted) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "blocks=", blocks, " exceeds the lease's ", uncommitted,
+        " uncommitted new pages"));
+  }
+  const uint32_t now = m.NowSeconds();
+  const uint32_t ps = m.arena_page_size;
+  CommitResult r;
+  for (uint32_t j = lease.committed; j < lease.committed + blocks; ++j) {
+    const PageId w = lease.writing[j];
+    if (lease.broken) {
+      ++r.collided;
+      r.pages.push_back(w);
+      continue;
+    }
+    const BlockKey& key = lease.keys[j];
+    const PageId parent = lease.path.empty() ? kNoPage : lease.path.back();
+    if (auto hit = m.index.find(key); hit != m.index.end()) {
+      const PageId c = *hit;
+      const Node& cn = m.nodes[c];
+      const bool same =
+          cn.ns == lease.ns && cn.parent == parent &&
+          (!lease.has_tokens || !cn.has_tokens ||
+           std::memcmp(m.TokensOf(c), m.TokensOf(w), ps * sizeof(uint32_t)) ==
+               0);
+      if (same) {
+        m.Pin(c, now);
+        m.SetHotChild(lease.ns, parent, c);
+        lease.path.push_back(c);
+        ++r.deduplicated;
+        r.pages.push_back(c);
+      } else {
+        lease.broken = true;
+        ++r.collided;
+        ++m.stats.hash_collisions;
+        r.pages.push_back(w);
+      }
+      continue;
+    }
+    m.InsertNode(lease, w, key, parent, lease.matched + j, now);
+    ++r.inserted;
+    r.pages.push_back(w);
+  }
+  lease.committed += blocks;
+  m.stats.inserted_blocks += r.inserted;
+  m.stats.deduplicated_blocks += r.deduplicated;
+  if (release) {
+    m.EraseLease(it);
+    r.released = true;
+  }
+  m.FlushEvents();
+  return r;
+}
+
+absl::Status RadixTree::Release(LeaseId lease_id, OwnerId owner) {
+  Impl& m = *impl_;
+  const absl::Time now = absl::Now();
+  WriterMutexLock lock(&m.mu);
+  ASSIGN_OR_RETURN(Impl::LeaseMap::iterator it,
+                   m.FindLease(lease_id, owner, now));
+  m.EraseLease(it);
+  return absl::OkStatus();
+}
+
+uint64_t RadixTree::ReleaseOwner(OwnerId owner) {
+  if (owner == kNoOwner) return 0;
+  Impl& m = *impl_;
+  WriterMutexLock lock(&m.mu);
+  if (!m.owner_leases.contains(owner)) return 0;
+  std::vector<LeaseId> ids;
+  for (const auto& [id, lease] : m.leases) {
+    if (lease.owner == owner) ids.push_back(id);
+  }
+  for (LeaseId id : ids) m.EraseLease(m.leases.find(id));
+  m.FlushEvents();
+  return ids.size();
+}
+
+uint64_t RadixTree::ReleaseExpired(absl::Time now) {
+  Impl& m = *impl_;
+  std::vector<LeaseId> ids;
+  {
+    // Most sweeps find nothing: look under the shared lock first.
+    ReaderMutexLock lock(&m.mu);
+    for (const auto& [id, lease] : m.leases) {
+      if (lease.expires <= now) ids.push_back(id);
+    }
+  }
+  if (ids.empty()) return 0;
+  WriterMutexLock lock(&m.mu);
+  uint64_t ended = 0;
+  for (LeaseId id : ids) {
+    auto it = m.leases.find(id);
+    // Ended meanwhile by its owner, or its id reused: nothing to do.
+    if (it == m.leases.end() || it->second.expires > now) continue;
+    m.EraseLease(it);
+    ++ended;
+  }
+  m.stats.leases_expired += ended;
+  m.FlushEvents();
+  return ended;
+}
+
+uint32_t RadixTree::owner_leases(OwnerId owner) const {
+  const Impl& m = *impl_;
+  ReaderMutexLock lock(&m.mu);
+  auto it = m.owner_leases.find(owner);
+  return it == m.owner_leases.end() ? 0 : it->second;
+}
+
+}  // namespace radixkv

@@ -1,0 +1,414 @@
+// Tests of daemon::Cache (daemon/cache.h) without gRPC: every bad input
+// gets a clear, structured error and changes nothing; sessions own their
+// leases; limits and expiry. The gRPC layer has a thin smoke test of its
+// own (server_ops_test.cc).
+#include "daemon/cache.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "radixkv/errors.h"
+#include "tests/daemon/test_util.h"
+
+namespace radixkv::testing {
+namespace {
+
+using daemon::Cache;
+using daemon::CacheOptions;
+
+class CacheTest : public ::testing::Test {
+ public:  // lambdas in the table-driven test call the helpers
+  // A small none pool; `tweak` may change any option first.
+  void Start(const std::function<void(CacheOptions&)>& tweak = {}) {
+    CacheOptions o;
+    o.pool = gpu::ParsePoolSpec("none,pages=64").value();
+    o.sweep_interval = absl::Hours(1);  // tests sweep by hand
+    if (tweak) tweak(o);
+    cache_ = std::make_unique<Cache>(o);
+  }
+  ~CacheTest() override {
+    if (cache_ != nullptr) {
+      EXPECT_TRUE(cache_->CheckInvariants().ok()) << cache_->CheckInvariants();
+    }
+  }
+
+  std::string Open(const v1::Namespace& ns = TestNamespace()) {
+    v1::OpenSession open;
+    *open.mutable_namespace_() = ns;
+    v1::SessionInfo info;
+    absl::Status s = cache_->OpenSession(open, "test", &info);
+    EXPECT_TRUE(s.ok()) << s;
+    return info.session_id();
+  }
+  absl::StatusOr<v1::AcquireResponse> Acquire(
+      const std::string& session, const std::vector<uint32_t>& tokens,
+      const std::vector<uint64_t>& release = {}) {
+    v1::AcquireRequest req;
+    req.set_session_id(session);
+    SetTokens(&req, tokens);
+    req.set_allocate(true);
+    for (uint64_t l : release) req.add_release_leases(l);
+    v1::AcquireResponse resp;
+    absl::Status s = cache_->Acquire(req, &resp);
+    if (!s.ok()) return s;
+    return resp;
+  }
+  absl::Status Commit(const std::string& session, uint64_t lease,
+                      uint32_t blocks, bool release) {
+    v1::CommitRequest req;
+    req.set_session_id(session);
+    req.set_lease_id(lease);
+    req.set_blocks(blocks);
+    req.set_release(release);
+    v1::CommitResponse resp;
+    return cache_->Commit(req, &resp);
+  }
+  absl::Status Release(const std::string& session, uint64_t lease) {
+    v1::ReleaseRequest req;
+    req.set_session_id(session);
+    req.set_lease_id(lease);
+    return cache_->Release(req);
+  }
+  v1::Stats Stats() {
+    v1::Stats s;
+    cache_->GetStats(&s);
+    s.clear_uptime_seconds();
+    return s;
+  }
+
+  std::unique_ptr<Cache> cache_;
+};
+
+struct BadCase {
+  const char* name;
+  absl::StatusCode code;
+  const char* message;  // must appear in the message
+  const char* field;    // the ErrorDetail's field
+  std::function<absl::Status(CacheTest*)> call;
+};
+
+// Every case of the bad-input table: the code, a message naming the field
+// and the limit, an ErrorDetail naming the field, and nothing changed.
+TEST_F(CacheTest, BadInputTable) {
+  Start([](CacheOptions& o) {
+    o.max_prompt_tokens = 64;
+    o.max_string_bytes = 16;
+    o.max_page_size = 32;
+  });
+  const std::string sid = Open();
+  const std::string other = Open();
+  absl::StatusOr<v1::AcquireResponse> held = Acquire(other, Tokens(8, 70));
+  ASSERT_TRUE(held.ok()) << held.status();
+  const uint64_t foreign = held->lease_id();
+  ASSERT_NE(foreign, 0u);
+
+  using Fill = std::function<void(v1::AcquireRequest*)>;
+  auto acquire = [](const std::string& session_id, const Fill& fill) {
+    return [session_id, fill](CacheTest* t) {
+      v1::AcquireRequest req;
+      req.set_session_id(session_id);
+      req.set_allocate(true);
+      fill(&req);
+      v1::AcquireResponse resp;
+      return t->cache_->Acquire(req, &resp);
+    };
+  };
+  auto match = [](const std::function<void(v1::MatchRequest*)>& fill) {
+    return [fill](CacheTest* t) {
+      v1::MatchRequest req;
+      *req.mutable_namespace_() = TestNamespace();
+      SetTokens(&req, Tokens(8, 1));
+      fill(&req);
+      v1::MatchResponse resp;
+      return t->cache_->Match(req, &resp);
+    };
+  };
+  auto open = [](const std::function<void(v1::OpenSession*)>& fill) {
+    return [fill](CacheTest* t) {
+      v1::OpenSession o;
+      *o.mutable_namespace_() = TestNamespace();
+      fill(&o);
+      v1::SessionInfo info;
+      return t->cache_->OpenSession(o, "test", &info);
+    };
+  };
+  auto tokens8 = [](v1::AcquireRequest* r) { SetTokens(r, Tokens(8, 1)); };
+  using C = absl::StatusCode;
+  const std::vector<BadCase> cases = {
+      {"no session", C::kInvalidArgument, "session_id", "session_id",
+       acquire("", tokens8)},
+      {"unknown session", C::kNotFound, "session_id", "session_id",
+       acquire("00000000000000000000000000000000", tokens8)},
+      {"empty tokens", C::kInvalidArgument, "tokens", "tokens",
+       acquire(sid, [](auto*) {})},
+      {"too many tokens", C::kInvalidArgument, "--max_prompt_tokens=64",
+       "tokens", acquire(sid, [](auto* r) { SetTokens(r, Tokens(65, 1)); })},
+      {"tokens and keys", C::kInvalidArgument, "block_keys",
+       "tokens, tokens_le, block_keys, block_keys_packed",
+       acquire(sid,
+               [](auto* r) {
+                 SetTokens(r, Tokens(8, 1));
+                 r->add_block_keys(std::string(16, 'k'));
+               })},
+      {"key mode disabled", C::kFailedPrecondition, "--allow_key_mode",
+       "block_keys",
+       acquire(sid, [](auto* r) { r->add_block_keys(std::string(16, 'k')); })},
+      {"packed key mode disabled", C::kFailedPrecondition, "block_keys_packed",
+       "block_keys_packed",
+       acquire(sid,
+               [](auto* r) { r->set_block_keys_packed(std::string(32, 'k')); })},
+      {"tokens_le not a multiple of 4", C::kInvalidArgument,
+       "tokens_le: 7 bytes is not a multiple of 4", "tokens_le",
+       acquire(sid, [](auto* r) { r->set_tokens_le(std::string(7, '\1')); })},
+      {"too many tokens_le", C::kInvalidArgument, "--max_prompt_tokens=64",
+       "tokens_le",
+       acquire(sid, [](auto* r) { SetTokensLe(r, Tokens(65, 1)); })},
+      {"tokens and tokens_le", C::kInvalidArgument,
+       "tokens, tokens_le, block_keys, block_keys_packed: set exactly one",
+       "tokens, tokens_le, block_keys, block_keys_packed",
+       acquire(sid,
+               [](auto* r) {
+                 SetTokens(r, Tokens(8, 1));
+                 SetTokensLe(r, Tokens(8, 1));
+               })},
+      {"tokens_le and block_keys_packed", C::kInvalidArgument,
+       "set exactly one", "tokens, tokens_le, block_keys, block_keys_packed",
+       acquire(sid,
+               [](auto* r) {
+                 SetTokensLe(r, Tokens(8, 1));
+                 r->set_block_keys_packed(std::string(32, 'k'));
+               })},
+      {"block_keys and block_keys_packed", C::kInvalidArgument,
+       "set exactly one", "tokens, tokens_le, block_keys, block_keys_packed",
+       acquire(sid,
+               [](auto* r) {
+                 r->add_block_keys(std::string(16, 'k'));
+                 r->set_block_keys_packed(std::string(16, 'k'));
+               })},
+      {"match tokens and tokens_le", C::kInvalidArgument, "tokens_le",
+       "tokens, tokens_le, block_keys, block_keys_packed",
+       match([](auto* r) { SetTokensLe(r, Tokens(8, 1)); })},
+      {"match tokens_le bad size", C::kInvalidArgument, "tokens_le: 5 bytes",
+       "tokens_le",
+       match([](auto* r) {
+         r->clear_tokens();
+         r->set_tokens_le(std::string(5, '\0'));
+       })},
+      {"explain tokens_le bad size", C::kInvalidArgument, "tokens_le: 9 bytes",
+       "tokens_le",
+       [](CacheTest* t) {
+         v1::ExplainRequest req;
+         *req.mutable_namespace_() = TestNamespace();
+         req.set_tokens_le(std::string(9, '\0'));
+         v1::ExplainResponse resp;
+         return t->cache_->Explain(req, &resp);
+       }},
+      {"dump limit", C::kInvalidArgument, "limit: 10001", "limit",
+       [](CacheTest* t) {
+         v1::DumpTreeRequest req;
+         req.set_limit(10001);
+         v1::DumpTreeResponse resp;
+         return t->cache_->DumpTree(req, &resp);
+       }},
+      {"commit unknown lease", C::kNotFound, "lease_id", "lease_id",
+       [sid](CacheTest* t) { return t->Commit(sid, 987654321, 1, true); }},
+      {"commit foreign lease", C::kNotFound, "lease_id", "lease_id",
+       [sid, foreign](CacheTest* t) { return t->Commit(sid, foreign, 1, true); }},
+      {"release foreign lease", C::kNotFound, "lease_id", "lease_id",
+       [sid, foreign](CacheTest* t) { return t->Release(sid, foreign); }},
+      {"acquire releasing a foreign lease", C::kNotFound, "release_leases",
+       "release_leases",
+       acquire(sid,
+               [foreign](auto* r) {
+                 SetTokens(r, Tokens(8, 1));
+                 r->add_release_leases(foreign);
+               })},
+      {"acquire releasing an unknown lease", C::kNotFound, "release_leases",
+       "release_leases",
+       acquire(sid,
+               [](auto* r) {
+                 SetTokens(r, Tokens(8, 1));
+                 r->add_release_leases(987654321);
+               })},
+      {"acquire releasing a lease twice", C::kInvalidArgument,
+       "release_leases", "release_leases",
+       acquire(sid,
+               [](auto* r) {
+                 SetTokens(r, Tokens(8, 1));
+                 r->add_release_leases(5);
+                 r->add_release_leases(5);
+               })},
+      {"acquire releasing too many leases", C::kInvalidArgument, "at most 64",
+       "release_leases",
+       acquire(sid,
+               [](auto* r) {
+                 SetTokens(r, Tokens(8, 1));
+                 for (uint64_t i = 1; i <= 65; ++i) r->add_release_leases(i);
+               })},
+      {"commit without session", C::kInvalidArgument, "session_id",
+       "session_id",
+       [foreign](CacheTest* t) { return t->Commit("", foreign, 1, true); }},
+      {"commit more than allocated", C::kFailedPrecondition, "blocks",
+       "blocks",
+       [other, foreign](CacheTest* t) {
+         return t->Commit(other, foreign, 3, false);
+       }},
+      {"match page_size 0", C::kInvalidArgument, "namespace.page_size",
+       "namespace.page_size",
+       match([](auto* r) { r->mutable_namespace_()->set_page_size(0); })},
+      {"match page_size too big", C::kInvalidArgument, "--max_page_size",
+       "namespace.page_size",
+       match([](auto* r) { r->mutable_namespace_()->set_page_size(33); })},
+      {"match model too long", C::kInvalidArgument, "namespace.model",
+       "namespace.model",
+       match([](auto* r) {
+         r->mutable_namespace_()->set_model(std::string(17, 'm'));
+       })},
+      {"match tp_rank", C::kInvalidArgument, "namespace.tp_rank",
+       "namespace.tp_rank",
+       match([](auto* r) {
+         r->mutable_namespace_()->set_tp_rank(2);
+         r->mutable_namespace_()->set_tp_size(2);
+       })},
+      {"match unknown dtype", C::kInvalidArgument, "namespace.dtype",
+       "namespace.dtype",
+       match([](auto* r) {
+         r->mutable_namespace_()->set_dtype(static_cast<v1::DType>(99));
+       })},
+      {"open unsupported key version", C::kInvalidArgument,
+       "block_key_version", "open.block_key_version",
+       open([](auto* o) { o->set_block_key_version(2); })},
+      {"open without namespace", C::kInvalidArgument, "open.namespace",
+       "open.namespace", open([](auto* o) { o->clear_namespace_(); })},
+      {"open page_bytes mismatch", C::kFailedPrecondition, "page_bytes",
+       "namespace",
+       open([](auto* o) { o->mutable_namespace_()->set_num_layers(2); })},
+      {"open client_name too long", C::kInvalidArgument, "open.client_name",
+       "open.client_name",
+       open([](auto* o) { o->set_client_name(std::string(17, 'c')); })},
+  };
+  const v1::Stats before = Stats();
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const absl::Status s = c.call(this);
+    EXPECT_EQ(s.code(), c.code) << s;
+    EXPECT_NE(s.message().find(c.message), std::string::npos)
+        << "message does not name '" << c.message << "': " << s;
+    EXPECT_EQ(ErrorFieldOf(s), c.field) << s;
+    EXPECT_NE(ErrorReasonOf(s), v1::ERROR_REASON_UNSPECIFIED) << s;
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(before,
+                                                                   Stats()))
+        << "stats changed:\n" << before.DebugString() << "\nvs\n"
+        << Stats().DebugString();
+  }
+  // The foreign lease still works for its owner.
+  EXPECT_TRUE(Commit(other, foreign, 2, true).ok());
+}
+
+TEST_F(CacheTest, LeasesBelongToTheirSession) {
+  Start([](CacheOptions& o) { o.sessions.max_leases_per_session = 2; });
+  const std::string a = Open();
+  const std::string b = Open();
+  absl::StatusOr<v1::AcquireResponse> l1 = Acquire(a, Tokens(8, 1));
+  ASSERT_TRUE(l1.ok()) << l1.status();
+  // b sees no such lease, and it stays a's.
+  absl::Status s = Release(b, l1->lease_id());
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_EQ(ErrorReasonOf(s), v1::ERROR_REASON_LEASE_NOT_FOUND);
+  EXPECT_EQ(ErrorFieldOf(s), "lease_id");
+  EXPECT_NE(s.message().find("--lease_ttl"), std::string::npos) << s;
+  s = Commit(b, l1->lease_id(), 1, true);
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  // The per-session limit counts a's leases only; ending one in the same
+  // Acquire makes room.
+  absl::StatusOr<v1::AcquireResponse> l2 = Acquire(a, Tokens(8, 2));
+  ASSERT_TRUE(l2.ok());
+  absl::StatusOr<v1::AcquireResponse> l3 = Acquire(a, Tokens(8, 3));
+  EXPECT_TRUE(absl::IsResourceExhausted(l3.status())) << l3.status();
+  EXPECT_EQ(ErrorReasonOf(l3.status()), v1::ERROR_REASON_LIMIT);
+  EXPECT_NE(l3.status().message().find("--max_leases_per_session=2"),
+            std::string::npos)
+      << l3.status();
+  EXPECT_TRUE(Acquire(b, Tokens(8, 4)).ok());
+  l3 = Acquire(a, Tokens(8, 3), {l2->lease_id()});
+  ASSERT_TRUE(l3.ok()) << l3.status();
+  v1::ListSessionsResponse sessions;
+  cache_->ListSessions(&sessions);
+  ASSERT_EQ(sessions.sessions_size(), 2);
+  for (const v1::SessionEntry& e : sessions.sessions()) {
+    EXPECT_EQ(e.leases(), e.session_id() == a ? 2u : 1u);
+  }
+  // Closing a ends exactly a's leases.
+  EXPECT_EQ(Stats().leases(), 3u);
+  cache_->CloseSession(a);
+  cache_->CloseSession(a);  // twice is harmless
+  EXPECT_EQ(Stats().leases(), 1u);
+  EXPECT_TRUE(absl::IsNotFound(Release(a, l1->lease_id())));
+}
+
+TEST_F(CacheTest, SessionsAreBounded) {
+  Start([](CacheOptions& o) { o.sessions.max_sessions = 2; });
+  Open();
+  Open();
+  v1::OpenSession open;
+  *open.mutable_namespace_() = TestNamespace();
+  v1::SessionInfo info;
+  absl::Status s = cache_->OpenSession(open, "test", &info);
+  EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
+  EXPECT_NE(s.message().find("--max_sessions=2"), std::string::npos) << s;
+  EXPECT_EQ(ErrorReasonOf(s), v1::ERROR_REASON_LIMIT);
+}
+
+TEST_F(CacheTest, ExpiredLeasesEndAndCarriedOnesAreNamed) {
+  Start([](CacheOptions& o) { o.sessions.lease_ttl = absl::Milliseconds(20); });
+  const std::string a = Open();
+  absl::StatusOr<v1::AcquireResponse> l1 = Acquire(a, Tokens(8, 1));
+  absl::StatusOr<v1::AcquireResponse> l2 = Acquire(a, Tokens(8, 2));
+  ASSERT_TRUE(l1.ok() && l2.ok());
+  EXPECT_GT(l1->lease_expires_unix_ms(), 0);
+  absl::SleepFor(absl::Milliseconds(40));
+  // A carried lease that expired: the client's cue to retry without it.
+  absl::StatusOr<v1::AcquireResponse> r = Acquire(a, Tokens(8, 3), {l1->lease_id()});
+  EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
+  EXPECT_EQ(ErrorFieldOf(r.status()), "release_leases");
+  EXPECT_EQ(ErrorReasonOf(r.status()), v1::ERROR_REASON_LEASE_NOT_FOUND);
+  // A Commit on an expired lease ends it and says so.
+  absl::Status s = Commit(a, l2->lease_id(), 2, true);
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_NE(s.message().find("expired"), std::string::npos) << s;
+  EXPECT_EQ(cache_->lease_expired_total(), 1u);
+  EXPECT_EQ(cache_->SweepExpiredLeases(), 1u);  // l1
+  EXPECT_EQ(cache_->lease_expired_total(), 2u);
+  const v1::Stats st = Stats();
+  EXPECT_EQ(st.leases(), 0u);
+  EXPECT_EQ(st.writing_pages(), 0u);
+  EXPECT_EQ(st.lease_expired(), 2u);
+}
+
+TEST_F(CacheTest, AbandonedLeaseIsEndedAndCounted) {
+  Start();
+  const std::string a = Open();
+  v1::AcquireRequest req;
+  req.set_session_id(a);
+  SetTokens(&req, Tokens(8, 1));
+  req.set_allocate(true);
+  v1::AcquireResponse resp;
+  daemon::LeaseHandle handle;
+  ASSERT_TRUE(cache_->Acquire(req, &resp, &handle).ok());
+  EXPECT_EQ(handle.lease, resp.lease_id());
+  // Another owner's handle for the same id ends nothing.
+  cache_->AbandonLease({handle.lease, handle.owner + 1});
+  EXPECT_EQ(cache_->lease_abandoned_total(), 0u);
+  cache_->AbandonLease(handle);
+  cache_->AbandonLease(handle);  // already ended: not counted again
+  EXPECT_EQ(cache_->lease_abandoned_total(), 1u);
+  EXPECT_EQ(Stats().leases(), 0u);
+}
+
+}  // namespace
+}  // namespace radixkv::testing

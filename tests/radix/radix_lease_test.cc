@@ -1,0 +1,174 @@
+// Tests of RadixTree's lease records (radix/radix_tree.h): who may end a
+// lease, expiry, ending by owner, the per-owner limit, and the factory.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "radix/radix_tree.h"
+
+namespace radixkv {
+namespace {
+
+using Tokens = std::vector<uint32_t>;
+
+constexpr OwnerId kAlice = 11;
+constexpr OwnerId kBob = 22;
+
+class RadixLeaseTest : public testing::Test {
+ protected:
+  static constexpr uint32_t kCapacity = 8;
+
+  RadixLeaseTest()
+      : tree_owner_(RadixTree::Create({.capacity_pages = kCapacity}).value()),
+        tree_(*tree_owner_) {
+    ns_ = tree_.RegisterNamespace({.model = "m", .page_size = 2}).value();
+  }
+  ~RadixLeaseTest() override {
+    EXPECT_TRUE(tree_.CheckInvariants().ok()) << tree_.CheckInvariants();
+  }
+
+  // A lease of `owner` allocating pages for `t`'s blocks (token mode).
+  LeaseId Take(const Tokens& t, OwnerId owner,
+               absl::Time expires = absl::InfiniteFuture()) {
+    absl::StatusOr<AcquireResult> r = tree_.Acquire({.ns = ns_,
+                                                     .tokens = t,
+                                                     .allocate = true,
+                                                     .owner = owner,
+                                                     .expires = expires});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->lease : 0;
+  }
+
+  std::unique_ptr<RadixTree> tree_owner_;
+  RadixTree& tree_;
+  NamespaceId ns_ = 0;
+};
+
+TEST_F(RadixLeaseTest, OnlyTheOwnerEndsALease) {
+  const LeaseId a = Take({1, 2, 3, 4}, kAlice);
+  ASSERT_NE(a, 0u);
+  EXPECT_EQ(tree_.owner_leases(kAlice), 1u);
+  // Bob, and callers without an owner, see no such lease and change nothing.
+  EXPECT_TRUE(absl::IsNotFound(tree_.Release(a, kBob)));
+  EXPECT_TRUE(absl::IsNotFound(tree_.Release(a)));
+  EXPECT_TRUE(absl::IsNotFound(tree_.Commit(a, 2, true, kBob).status()));
+  EXPECT_EQ(tree_.GetStats().writing_pages, 2u);
+  EXPECT_EQ(tree_.GetStats().leases, 1u);
+  absl::StatusOr<CommitResult> c = tree_.Commit(a, 2, true, kAlice);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->inserted, 2u);
+  EXPECT_EQ(tree_.owner_leases(kAlice), 0u);
+  EXPECT_TRUE(absl::IsNotFound(tree_.Release(a, kAlice)));  // ended
+}
+
+TEST_F(RadixLeaseTest, EndLeasesMustBeTheOwnersOwn) {
+  const LeaseId a = Take({1, 2}, kAlice);
+  const LeaseId ends[] = {a};
+  const uint64_t lookups = tree_.GetStats().lookups;
+  absl::StatusOr<AcquireResult> r =
+      tree_.Acquire({.ns = ns_,
+                     .tokens = {3, 4},
+                     .owner = kBob,
+                     .end_leases = ends,
+                     .end_leases_field = "release_leases"});
+  EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
+  EXPECT_NE(r.status().message().find("release_leases[0]"), std::string::npos)
+      << r.status();
+  EXPECT_EQ(tree_.owner_leases(kAlice), 1u);
+  EXPECT_EQ(tree_.GetStats().lookups, lookups);  // refused before the lookup
+  r = tree_.Acquire(
+      {.ns = ns_, .tokens = {1, 2}, .owner = kAlice, .end_leases = ends});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(tree_.owner_leases(kAlice), 0u);  // a ended, nothing matched
+}
+
+TEST_F(RadixLeaseTest, ExpiredLeasesEndAndReadAsNotFound) {
+  const absl::Time now = absl::Now();
+  const LeaseId a = Take({1, 2, 3, 4}, kAlice, now + absl::Hours(1));
+  const LeaseId b = Take({5, 6}, kAlice, now + absl::Hours(2));
+  const LeaseId c = Take({7, 8}, kBob);  // never expires
+  ASSERT_TRUE(a != 0 && b != 0 && c != 0);
+  EXPECT_EQ(tree_.ReleaseExpired(now), 0u);
+  EXPECT_EQ(tree_.ReleaseExpired(now + absl::Minutes(90)), 1u);
+  EXPECT_EQ(tree_.GetStats().leases_expired, 1u);
+  EXPECT_TRUE(absl::IsNotFound(tree_.Release(a, kAlice)));
+  EXPECT_EQ(tree_.owner_leases(kAlice), 1u);
+  EXPECT_EQ(tree_.GetStats().writing_pages, 2u);  // b's and c's
+  // A lease found expired by Commit is ended there and then.
+  const LeaseId d = Take({9, 10}, kBob, absl::Now());
+  absl::StatusOr<CommitResult> late = tree_.Commit(d, 1, true, kBob);
+  EXPECT_TRUE(absl::IsNotFound(late.status())) << late.status();
+  EXPECT_NE(late.status().message().find("expired"), std::string::npos);
+  EXPECT_EQ(tree_.GetStats().leases_expired, 2u);
+  EXPECT_EQ(tree_.owner_leases(kBob), 1u);
+  // An expired lease cannot be carried into an Acquire either.
+  const LeaseId e = Take({11, 12}, kBob, absl::Now());
+  const LeaseId ends[] = {e};
+  EXPECT_TRUE(absl::IsNotFound(
+      tree_.Acquire({.ns = ns_, .tokens = {1, 2}, .owner = kBob,
+                     .end_leases = ends})
+          .status()));
+  EXPECT_EQ(tree_.ReleaseExpired(now + absl::Hours(3)), 2u);  // b and e
+  EXPECT_TRUE(tree_.Release(c, kBob).ok());
+  EXPECT_EQ(tree_.GetStats().free_pages, kCapacity);
+}
+
+TEST_F(RadixLeaseTest, ReleaseOwnerEndsExactlyThatOwnersLeases) {
+  Take({1, 2}, kAlice);
+  Take({3, 4}, kAlice);
+  const LeaseId b = Take({5, 6}, kBob);
+  const LeaseId n = Take({7, 8}, kNoOwner);
+  EXPECT_EQ(tree_.ReleaseOwner(kAlice), 2u);
+  EXPECT_EQ(tree_.ReleaseOwner(kAlice), 0u);
+  EXPECT_EQ(tree_.ReleaseOwner(kNoOwner), 0u);  // not an owner to end
+  EXPECT_EQ(tree_.GetStats().leases, 2u);
+  EXPECT_TRUE(tree_.Release(b, kBob).ok());
+  EXPECT_TRUE(tree_.Release(n).ok());
+}
+
+TEST_F(RadixLeaseTest, OwnerLeaseLimit) {
+  auto take = [&](uint32_t first, absl::Span<const LeaseId> ends = {}) {
+    return tree_.Acquire({.ns = ns_,
+                          .tokens = {first, first + 1},
+                          .allocate = true,
+                          .owner = kAlice,
+                          .max_owner_leases = 2,
+                          .end_leases = ends});
+  };
+  ASSERT_TRUE(take(1).ok());
+  absl::StatusOr<AcquireResult> second = take(3);
+  ASSERT_TRUE(second.ok());
+  absl::StatusOr<AcquireResult> third = take(5);
+  EXPECT_TRUE(absl::IsResourceExhausted(third.status())) << third.status();
+  EXPECT_NE(third.status().message().find("limit is 2"), std::string::npos);
+  EXPECT_EQ(tree_.GetStats().writing_pages, 2u);  // nothing allocated
+  // Ending one of them in the same Acquire leaves room.
+  const LeaseId ends[] = {second->lease};
+  EXPECT_TRUE(take(5, ends).ok());
+  EXPECT_EQ(tree_.owner_leases(kAlice), 2u);
+  // Other owners are not limited by Alice's leases.
+  EXPECT_NE(Take({9, 10}, kBob), 0u);
+  tree_.ReleaseOwner(kAlice);
+  tree_.ReleaseOwner(kBob);
+}
+
+TEST(RadixTreeCreateTest, BadOptionsAreErrorsNotExceptions) {
+  absl::StatusOr<std::unique_ptr<RadixTree>> t =
+      RadixTree::Create({.capacity_pages = 0});
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  EXPECT_NE(t.status().message().find("capacity_pages"), std::string::npos);
+  t = RadixTree::Create({.capacity_pages = kNoPage});
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  t = RadixTree::Create({.capacity_pages = 4, .max_page_size = 0});
+  EXPECT_TRUE(absl::IsInvalidArgument(t.status())) << t.status();
+  EXPECT_NE(t.status().message().find("max_page_size"), std::string::npos);
+  t = RadixTree::Create({.capacity_pages = 4});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->GetStats().free_pages, 4u);
+}
+
+}  // namespace
+}  // namespace radixkv
