@@ -16,9 +16,7 @@
 #include "radix/status_macros.h"
 #include "radixkv/defaults.h"
 
-#if defined(RADIXKV_CLIENT_HAVE_ATTACH)
 #include "gpu/mapped_pool.h"
-#endif
 
 namespace radixkv {
 namespace {
@@ -173,13 +171,8 @@ void Lease::ReleaseBestEffort() {
 }
 
 void* Lease::page_address(size_t i) const {
-#if defined(RADIXKV_CLIENT_HAVE_ATTACH)
   if (pool_ == nullptr || i >= pages_.size()) return nullptr;
   return pool_->page_address(pages_[i]);
-#else
-  (void)i;
-  return nullptr;
-#endif
 }
 
 absl::StatusOr<v1::CommitResponse> Lease::Commit(uint32_t blocks,
@@ -262,13 +255,6 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(
         "reconnect_initial_backoff must be positive and at most "
         "reconnect_max_backoff");
   }
-#if !defined(RADIXKV_CLIENT_HAVE_ATTACH)
-  if (options.attach_pool) {
-    return absl::FailedPreconditionError(
-        "attach_pool: this build of the client has no pool attach support "
-        "(client/attach.cc)");
-  }
-#endif
   auto core = std::make_shared<client_internal::Core>(options, target);
   core->Start();
   std::unique_ptr<Client> client(

@@ -13,10 +13,8 @@
 #include "grpcpp/support/channel_arguments.h"
 #include "radixkv/channel.h"
 
-#if defined(RADIXKV_CLIENT_HAVE_ATTACH)
 #include "client/attach.h"
 #include "gpu/mapped_pool.h"
-#endif
 
 namespace radixkv::client_internal {
 namespace {
@@ -300,7 +298,6 @@ absl::Status Core::RunSession() {
   std::shared_ptr<gpu::MappedPool> pool;
   if (options_.attach_pool && info.pool().backend() != "none" &&
       !info.pool().attach_socket().empty()) {
-#if defined(RADIXKV_CLIENT_HAVE_ATTACH)
     absl::StatusOr<std::unique_ptr<gpu::MappedPool>> mapped =
         AttachPool(info.pool().attach_socket(), info.session_id(),
                    options_.connect_timeout);
@@ -310,10 +307,6 @@ absl::Status Core::RunSession() {
           absl::StrCat("attach pool: ", mapped.status().message())));
     }
     pool = std::move(*mapped);
-#else
-    return finish(absl::FailedPreconditionError(
-        "attach_pool: this build of the client has no pool attach support"));
-#endif
   }
 
   {

@@ -1,10 +1,10 @@
 // File: radix/block_key.cc
 //
-// Block-key contract v1 (see block_key.h and DESIGN.md §3). Every hash input
-// is assembled into one contiguous little-endian byte buffer and hashed with
-// a single XXH3_128bits_withSeed(..., 0) call; ComputeBlockKeys and
-// BlockHasher reuse one buffer per call so the hot path does not allocate
-// per block.
+// Block-key contract v1 (see block_key.h and docs/CONTRACTS.md §1). Every
+// hash input is assembled into one contiguous little-endian byte buffer and
+// hashed with a single XXH3_128bits_withSeed(..., 0) call; ComputeBlockKeys
+// and BlockHasher reuse one buffer per call so the hot path does not
+// allocate per block.
 #include "radix/block_key.h"
 
 #include <algorithm>

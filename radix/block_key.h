@@ -1,6 +1,7 @@
 // File: radix/block_key.h
 //
-// Block-key contract v1 (normative; docs/ARCHITECTURE.md and DESIGN.md §3).
+// Block-key contract v1 (normative; docs/CONTRACTS.md §1 states it byte for
+// byte).
 //
 // A prompt is cut into blocks of `page_size` tokens; only full blocks are
 // keyed. Each block's key is a 128-bit XXH3 hash chained from its parent's key,
@@ -98,7 +99,7 @@ enum class DType : uint32_t {
 // Bytes per element of `d`; 0 for kUnspecified or an unknown value.
 size_t DTypeBytes(DType d);
 
-// Everything that makes KV reusable (DESIGN.md §1). Blocks are shared only
+// Everything that makes KV reusable (docs/CONCEPTS.md). Blocks are shared only
 // between requests with equal NamespaceSpecs.
 struct NamespaceSpec {
   std::string model;

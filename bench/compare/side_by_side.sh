@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Side-by-side measurements of DESIGN.md §12, in one run, on this machine:
+# Side-by-side measurements of the targets in docs/BENCHMARKS.md, in one
+# run, on this machine:
 #
 #  (a) radixkvd Acquire vs the same daemon's empty handler
 #      (grpc.health.v1.Health/Check), same load generator (bench/compare
@@ -270,9 +271,9 @@ print("measured  radixkv lock hold: 2k-token Acquire hit %.2f us, Match %.2f us 
 print("measured  radixkv eviction: %.0f ns per block at %d cached blocks; index %.1f B per block"
       % (f["evict_ns_per_block"], f["cached_blocks"], f["index_bytes_per_block"]))
 print("published vLLM hashing (open PR #43789): sha256 31.5 M, xxhash 45.8 M, xxhash+msgpack 80.0 M tokens/s")
-print("published vLLM design doc: SHA-256 ~100-200 ns/token; DESIGN.md: vLLM hasher + block-pool lookup 4.6 M tokens/s on this machine kind")
+print("published vLLM design doc: SHA-256 ~100-200 ns/token; vLLM hasher + block-pool lookup measured at 4.6 M tokens/s on this machine kind")
 print("published SGLang eviction: 70-77 ms per evict() at ~41k leaves (open PR #38454); 7 ms -> 0.5 ms after PR #14339")
-print("published vLLM eviction: 0.6-1.0 us per block (DESIGN.md §12); vLLM ~200-250 B/block, SGLang ~1-1.5 KB/node (estimates)")
+print("published vLLM eviction: 0.6-1.0 us per block; vLLM ~200-250 B/block, SGLang ~1-1.5 KB/node (estimates)")
 EOF
 echo
 echo "# results: $out ; logs: $work"

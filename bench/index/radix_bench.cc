@@ -1,4 +1,4 @@
-// Microbenchmarks of the radix index core (DESIGN.md §12 targets):
+// Microbenchmarks of the radix index core (the targets in docs/BENCHMARKS.md):
 //   BM_HashAndMatch      hash + match of a fully cached 2,048-token prompt,
 //                        page 16, one core        target >= 100 M tokens/s
 //   BM_EvictAt1M         eviction cost per block with 1 M cached blocks

@@ -3,7 +3,7 @@
 
 First replays a few small hand-made corner-case traces (SCENARIOS). Then,
 for each capacity (3000, 10000 and unbounded by default), runs
-  1. bench/sim/leaf_lru_sim.py            (the policy of DESIGN.md section 4),
+  1. bench/sim/leaf_lru_sim.py            (leaf-only LRU, docs/ARCHITECTURE.md),
   2. replay --mode=inproc                 (RadixTree in process),
   3. replay --mode=daemon                 (a radixkvd started here with
                                            --pool=none,pages=N on a /tmp socket)
@@ -29,7 +29,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_TRACE = "/work/shared/traces/conversation_trace.jsonl"
+DEFAULT_TRACE = None  # <build_dir>/data/conversation_trace.jsonl
 
 
 def run_json(cmd):
@@ -161,6 +161,9 @@ def main(argv):
     if any(c < 0 for c in capacities):
         p.error("--capacities must be >= 0")
 
+    if args.trace is None:
+        args.trace = os.path.join(args.build_dir,
+                                  "data/conversation_trace.jsonl")
     replay = os.path.join(args.build_dir, "bench/replay/replay")
     radixkvd = os.path.join(args.build_dir, "daemon/radixkvd")
     sim = os.path.join(REPO, "bench/sim/leaf_lru_sim.py")

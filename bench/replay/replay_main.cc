@@ -24,8 +24,9 @@
 #include "bench/replay/targets.h"
 #include "bench/replay/trace.h"
 
-ABSL_FLAG(std::string, trace, "/work/shared/traces/conversation_trace.jsonl",
-          "Mooncake-format JSONL trace");
+ABSL_FLAG(std::string, trace, RADIXKV_DEFAULT_TRACE,
+          "Mooncake-format JSONL trace (default: the build tree's copy of "
+          "bench/data/conversation_trace.tar.xz)");
 ABSL_FLAG(std::string, mode, "inproc", "inproc | daemon");
 ABSL_FLAG(std::string, endpoint, "",
           "daemon mode: gRPC target, e.g. unix:/tmp/rkv.sock or 127.0.0.1:50051");

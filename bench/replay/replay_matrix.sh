@@ -17,7 +17,7 @@ build=$(cd "${1:-$repo/build}" && pwd)
 reps=${REPS:-3}
 capacities=${CAPACITIES:-"3000 10000 0"}
 clients_list=${CLIENTS:-"1 4"}
-trace=${TRACE:-/work/shared/traces/conversation_trace.jsonl}
+trace=${TRACE:-$build/data/conversation_trace.jsonl}
 replay=$build/bench/replay/replay
 radixkvd=$build/daemon/radixkvd
 [ -x "$replay" ] || { echo "Error: $replay not built" >&2; exit 3; }

@@ -1,6 +1,6 @@
 // File: bench/replay/trace.h
 //
-// Mooncake-format request traces (shared/traces/README.md): one JSON object
+// Mooncake-format request traces (bench/data/README.md): one JSON object
 // per line with `timestamp` (ms) and `hash_ids` (the prompt as a sequence of
 // prefix-chained block ids). Replay gives block id h the tokens
 // h * page_size + j for j in [0, page_size), so every id is one full block.

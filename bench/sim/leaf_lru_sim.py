@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Independent simulation of radixkv's eviction policy (DESIGN.md section 4).
+"""Independent simulation of radixkv's eviction policy (leaf-only LRU).
 
-Replays a Mooncake-format trace (shared/traces/README.md) one request at a
+Replays a Mooncake-format trace (bench/data/README.md) one request at a
 time, in arrival order, the way a single radixkv client does:
 
   Acquire(tokens, allocate=all)  -> Commit(all new blocks, release=true)
@@ -36,9 +36,13 @@ capacity 0 (the default) means unbounded.
 import argparse
 import heapq
 import json
+import os
 import sys
 
-DEFAULT_TRACE = "/work/shared/traces/conversation_trace.jsonl"
+# The build tree's copy of bench/data/conversation_trace.tar.xz.
+DEFAULT_TRACE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "default",
+    "data", "conversation_trace.jsonl")
 
 
 class LeafLruCache:

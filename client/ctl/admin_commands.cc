@@ -29,6 +29,18 @@ using v1::Admin;
 
 std::string ShortNs(const std::string& id) { return Hex(id, 12); }
 
+// The request type of a stub method.
+template <typename Stub, typename Request, typename Response>
+Request RequestOf(grpc::Status (Stub::*)(grpc::ClientContext*, const Request&,
+                                         Response*));
+
+// A command that asks `kMethod` with an empty request and prints the answer
+// with `kPrint` (stats, namespaces, sessions).
+template <auto kMethod, auto kPrint>
+int RunQuery(Context& ctx) {
+  return CallAndPrint(ctx, kMethod, decltype(RequestOf(kMethod))(), kPrint);
+}
+
 // ---- health ---------------------------------------------------------------
 
 int RunHealth(Context& ctx) {
@@ -115,10 +127,6 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
   kv.Print(out);
 }
 
-int RunStats(Context& ctx) {
-  return CallAndPrint(ctx, &Admin::Stub::GetStats, v1::GetStatsRequest(),
-                      PrintStats);
-}
 
 // ---- namespaces -------------------------------------------------------------
 
@@ -141,10 +149,6 @@ void PrintNamespaces(const v1::ListNamespacesResponse& resp, std::ostream& out) 
   t.Print(out);
 }
 
-int RunNamespaces(Context& ctx) {
-  return CallAndPrint(ctx, &Admin::Stub::ListNamespaces,
-                      v1::ListNamespacesRequest(), PrintNamespaces);
-}
 
 // ---- sessions ---------------------------------------------------------------
 
@@ -161,10 +165,6 @@ void PrintSessions(const v1::ListSessionsResponse& resp, std::ostream& out) {
   t.Print(out);
 }
 
-int RunSessions(Context& ctx) {
-  return CallAndPrint(ctx, &Admin::Stub::ListSessions,
-                      v1::ListSessionsRequest(), PrintSessions);
-}
 
 // ---- tree -------------------------------------------------------------------
 
@@ -332,8 +332,10 @@ int RunWatch(Context& ctx) {
     } else {
       expected = event.sequence() + 1;
     }
-    *ctx.out << (ctx.json() ? ToJsonLine(event) : FormatEvent(event)) << "\n"
-             << std::flush;
+    PrintResult(
+        ctx, [&] { return ToJsonLine(event); },
+        [&] { *ctx.out << FormatEvent(event) << "\n"; });
+    *ctx.out << std::flush;
   }
   bool interrupted;
   {
@@ -368,18 +370,20 @@ std::vector<Command> AdminCommands() {
        RunHealth},
       {"stats", state, "Show pool occupancy, hit ratio, sessions and leases", "",
        "radixkvctl stats\nradixkvctl stats -o json | jq .stats.hit_tokens", "",
-       {}, RunStats},
+       {}, RunQuery<&Admin::Stub::GetStats, PrintStats>},
       {"namespaces", state,
        "List namespaces (model, layout, tenant) and their cached blocks", "",
-       "radixkvctl namespaces", "", {}, RunNamespaces},
+       "radixkvctl namespaces", "", {},
+       RunQuery<&Admin::Stub::ListNamespaces, PrintNamespaces>},
       {"sessions", state, "List worker sessions with their leases and age", "",
-       "radixkvctl sessions -o json", "", {}, RunSessions},
+       "radixkvctl sessions -o json", "", {},
+       RunQuery<&Admin::Stub::ListSessions, PrintSessions>},
       {"tree", contents,
        "Show the top of the radix tree: shallowest blocks first", "",
-       "radixkvctl tree --limit=50 --max-depth=2",
-       "Columns: key prefix, depth (block index in its prompt), page, "
-       "refcount (leases pinning it), children, age since last use, "
-       "namespace. Output is bounded by --limit.",
+       "radixkvctl tree --limit=50 --max-depth=2\n"
+       "radixkvctl tree --limit=1000 -o json | jq '.nodes | length'",
+       "Columns: key prefix, depth (block index in its prompt), page, refcount "
+       "(leases pinning it), children, age since last use, namespace.",
        {{"limit", true, "at most this many blocks (default 20, max 10000)"},
         {"max-depth", true, "deepest block index to show (0: first blocks)"}},
        RunTree},
@@ -389,7 +393,9 @@ std::vector<Command> AdminCommands() {
        "Streams Admin.WatchEvents. Each event has a sequence number; a GAP "
        "line says which events this consumer missed. Stops on Ctrl-C "
        "(exit 0) or after --count events.",
-       {{"from", true, "first sequence number (default 0: from now on)"},
+       {{"from", true,
+         "first sequence number, one still in the daemon's buffer (default "
+         "0: from now on)"},
         {"count", true, "stop after this many events (default 0: never)"}},
        RunWatch},
       {"evict", maintenance,

@@ -30,43 +30,48 @@ std::vector<FlagSpec> PromptFlags() {
   return f;
 }
 
-// Parses namespace + tokens; on failure prints the error and sets *exit.
-// `raw`: the permissive parsing of `hash` (see NamespaceFromArgs).
-bool ParsePrompt(Context& ctx, NamespaceSpec* ns, std::vector<uint32_t>* tokens,
-                 int* exit, bool raw = false) {
+// A prompt given on the command line: its namespace and token ids.
+struct Prompt {
+  NamespaceSpec ns;
+  std::vector<uint32_t> tokens;
+};
+
+// Parses namespace + tokens; on failure prints the error and returns its
+// exit code, else kExitOk. `raw`: the permissive parsing of `hash` (see
+// NamespaceFromArgs).
+int ParsePrompt(Context& ctx, Prompt* prompt, bool raw = false) {
   absl::StatusOr<NamespaceSpec> spec = NamespaceFromArgs(ctx.args, raw);
-  if (!spec.ok()) {
-    *exit = BadArgs(ctx, std::string(spec.status().message()));
-    return false;
-  }
+  if (!spec.ok()) return BadArgs(ctx, std::string(spec.status().message()));
   absl::StatusOr<std::vector<uint32_t>> t = TokensFromArgs(ctx.args, raw);
-  if (!t.ok()) {
-    *exit = BadArgs(ctx, std::string(t.status().message()));
-    return false;
-  }
-  *ns = *spec;
-  *tokens = std::move(*t);
-  return true;
+  if (!t.ok()) return BadArgs(ctx, std::string(t.status().message()));
+  prompt->ns = *spec;
+  prompt->tokens = std::move(*t);
+  return kExitOk;
+}
+
+// A Match or Explain request for `prompt`.
+template <typename Request>
+Request PromptRequest(const Prompt& prompt) {
+  Request req;
+  *req.mutable_namespace_() = NamespaceToProto(prompt.ns);
+  req.mutable_tokens()->Add(prompt.tokens.begin(), prompt.tokens.end());
+  return req;
 }
 
 // ---- match ------------------------------------------------------------------
 
 int RunMatch(Context& ctx) {
-  NamespaceSpec ns;
-  std::vector<uint32_t> tokens;
-  int exit = 0;
-  if (!ParsePrompt(ctx, &ns, &tokens, &exit)) return exit;
-  v1::MatchRequest req;
-  *req.mutable_namespace_() = NamespaceToProto(ns);
-  req.mutable_tokens()->Add(tokens.begin(), tokens.end());
+  Prompt prompt;
+  if (int exit = ParsePrompt(ctx, &prompt); exit != kExitOk) return exit;
+  const size_t tokens = prompt.tokens.size();
+  const size_t tail = tokens % prompt.ns.page_size;
   return CallAndPrint(
-      ctx, &v1::KvCache::Stub::Match, req,
+      ctx, &v1::KvCache::Stub::Match, PromptRequest<v1::MatchRequest>(prompt),
       [&](const v1::MatchResponse& resp, std::ostream& out) {
-        const size_t tail = tokens.size() % ns.page_size;
         out << absl::StrFormat(
             "matched %u of %u blocks: %u of %u tokens cached (%s)%s\n",
             resp.matched_blocks(), resp.total_blocks(), resp.matched_tokens(),
-            tokens.size(), Percent(resp.matched_tokens(), tokens.size()),
+            tokens, Percent(resp.matched_tokens(), tokens),
             tail == 0 ? "" : absl::StrCat("; the last ", tail,
                                           " tokens do not fill a block"));
       });
@@ -116,26 +121,24 @@ void PrintExplain(const v1::ExplainResponse& resp, uint32_t page_size,
 }
 
 int RunExplain(Context& ctx) {
-  NamespaceSpec ns;
-  std::vector<uint32_t> tokens;
-  int exit = 0;
-  if (!ParsePrompt(ctx, &ns, &tokens, &exit)) return exit;
-  v1::ExplainRequest req;
-  *req.mutable_namespace_() = NamespaceToProto(ns);
-  req.mutable_tokens()->Add(tokens.begin(), tokens.end());
-  return CallAndPrint(ctx, &v1::Admin::Stub::Explain, req,
+  Prompt prompt;
+  if (int exit = ParsePrompt(ctx, &prompt); exit != kExitOk) return exit;
+  return CallAndPrint(ctx, &v1::Admin::Stub::Explain,
+                      PromptRequest<v1::ExplainRequest>(prompt),
                       [&](const v1::ExplainResponse& resp, std::ostream& out) {
-                        PrintExplain(resp, ns.page_size, out);
+                        PrintExplain(resp, prompt.ns.page_size, out);
                       });
 }
 
 // ---- hash ---------------------------------------------------------------------
 
 int RunHash(Context& ctx) {
-  NamespaceSpec ns;
-  std::vector<uint32_t> tokens;
-  int exit = 0;
-  if (!ParsePrompt(ctx, &ns, &tokens, &exit, /*raw=*/true)) return exit;
+  Prompt prompt;
+  if (int exit = ParsePrompt(ctx, &prompt, /*raw=*/true); exit != kExitOk) {
+    return exit;
+  }
+  const NamespaceSpec& ns = prompt.ns;
+  const std::vector<uint32_t>& tokens = prompt.tokens;
   const BlockKey root = NamespaceRoot(ns);
   const std::vector<BlockKey> keys =
       ComputeBlockKeys(root, ns.page_size, tokens);

@@ -32,7 +32,8 @@ namespace {
 constexpr char kDescription[] =
     "radixkvctl: inspect and operate radixkvd, the prefix-caching KV store.";
 
-constexpr char kGlobalGroup[] = "Global flags (also from environment variables)";
+constexpr char kGlobalGroup[] =
+    "Global flags (also from environment variables)";
 
 constexpr char kMainFooter[] =
     "Exit codes:\n"
@@ -42,7 +43,7 @@ constexpr char kMainFooter[] =
     "  3  bad arguments (unknown command or flag, bad value)\n"
     "  4  unhealthy (health: the daemon is not SERVING)\n"
     "\n"
-    "Run 'radixkvctl help <command>' or 'radixkvctl <command> --help' for a "
+    "Run 'radixkvctl help <command>' or 'radixkvctl <command> --help' for a\n"
     "command's flags and an example.";
 
 // ---- global flags -------------------------------------------------------------
@@ -158,7 +159,8 @@ class HelpFormatter : public CLI::Formatter {
     }
     std::string usage = absl::StrCat("Usage:\n  ", root->get_name(),
                                      " [global flags] ", app->get_name());
-    if (!app->get_options([](const CLI::Option* o) { return o->nonpositional(); })
+    if (!app->get_options(
+                [](const CLI::Option* o) { return o->nonpositional(); })
              .empty()) {
       usage += " [flags]";
     }
@@ -190,15 +192,17 @@ class HelpFormatter : public CLI::Formatter {
     return "=" + opt->get_type_name();
   }
 
-  // The description, then the variable the flag may come from: on the last
-  // line when it fits, else on a line of its own.
+  // The description (wrapped unless it breaks its own lines), then the
+  // variable the flag may come from: on the last line when it fits, else on
+  // a line of its own.
   std::string make_option_desc(const CLI::Option* opt) const override {
     std::string desc = opt->get_description();
+    if (desc.find('\n') == std::string::npos) desc = Wrap(desc, kDescWidth);
     const std::string& env = opt->get_envname();
     if (env.empty()) return desc;
     const size_t last_line = desc.size() - (desc.rfind('\n') + 1);
-    absl::StrAppend(&desc, last_line + env.size() + 3 <= kDescWidth ? " " : "\n",
-                    "[", env, "]");
+    const bool fits = last_line + env.size() + 3 <= kDescWidth;
+    absl::StrAppend(&desc, fits ? " " : "\n", "[", env, "]");
     return desc;
   }
 
@@ -345,9 +349,12 @@ int Main(int argc, char** argv) {
 
   const std::vector<Command> commands = AllCommands();
   std::vector<BoundCommand> bound(commands.size());  // never resized
-  for (size_t i = 0; i < commands.size(); ++i) Bind(app, commands[i], &bound[i]);
+  for (size_t i = 0; i < commands.size(); ++i) {
+    Bind(app, commands[i], &bound[i]);
+  }
   std::string help_topic;
-  CLI::App* help = app.add_subcommand("help", "help for radixkvctl or a command");
+  CLI::App* help =
+      app.add_subcommand("help", "help for radixkvctl or a command");
   help->group("");  // not listed: the usage line and footer name it
   help->set_help_flag();
   help->add_option("command", help_topic);

@@ -139,7 +139,8 @@ void AddModelFlags(CLI::App* cmd, const std::string& default_model,
                    ModelFlags* f) {
   constexpr char kOverrides[] = "Model overrides (of the named size)";
   f->model = default_model;
-  cmd->add_option("--model", f->model, "named size (see client/worker/README.md)")
+  cmd->add_option("--model", f->model,
+                  "named size (see client/worker/README.md)")
       ->check(CLI::IsMember({"tiny", "small", "base"}))
       ->capture_default_str()
       ->group("Model");
@@ -196,18 +197,21 @@ struct RunFlags {
   std::string timeout = "5s";
 };
 
+constexpr char kRunFooter[] =
+    "Per prompt: prefill only the uncached suffix, decode greedily, commit\n"
+    "the new full blocks.\n"
+    "FILE holds one prompt per line: --prompts, token ids separated by\n"
+    "spaces or commas; --text, each line's bytes are its tokens.\n"
+    "Without a daemon (or with --no-cache) every prompt is prefilled in\n"
+    "full and the output tokens are the same.\n\n"
+    "Example:\n"
+    "  radixkv-worker run --text prompt.txt --model small --decode 16";
+
 CLI::App* AddRunCommand(CLI::App& app, RunFlags* f) {
-  CLI::App* cmd = app.add_subcommand(
-      "run", "Serve prompts through radixkvd, reusing their cached prefixes");
-  cmd->footer(
-      "Per prompt: prefill only the uncached suffix, decode greedily, commit\n"
-      "the new full blocks.\n"
-      "FILE holds one prompt per line: --prompts, token ids separated by\n"
-      "spaces or commas; --text, each line's bytes are its tokens.\n"
-      "Without a daemon (or with --no-cache) every prompt is prefilled in\n"
-      "full and the output tokens are the same.\n\n"
-      "Example:\n"
-      "  radixkv-worker run --text prompt.txt --model small --decode 16");
+  CLI::App* cmd =
+      app.add_subcommand("run", "Serve prompts through radixkvd, reusing "
+                                "their cached prefixes")
+          ->footer(kRunFooter);
   f->prompts_option =
       cmd->add_option("--prompts", f->prompts, "prompts as token ids")
           ->type_name("FILE")
@@ -244,20 +248,23 @@ struct BenchFlags {
   bool json = false;
 };
 
+constexpr char kBenchFooter[] =
+    "Times one random prompt of P + S tokens uncached and with its first P\n"
+    "tokens cached (in-process cache, in device memory on cuda), best of R\n"
+    "runs each, and prints one JSON object.\n"
+    "Keys: model, device, prefix_tokens, suffix_tokens, matched_tokens,\n"
+    "ttft_uncached_s, ttft_cached_s, speedup, ideal_speedup,\n"
+    "fraction_of_ideal, max_abs_logit_diff, threads, repeat, parameters.\n\n"
+    "Example:\n"
+    "  radixkv-worker bench --device cpu --model small --prefix-tokens 1856 "
+    "--suffix-tokens 192";
+
 CLI::App* AddBenchCommand(CLI::App& app, BenchFlags* f) {
-  CLI::App* cmd = app.add_subcommand(
-      "bench", "Time to first token uncached vs with a cached prefix (JSON)");
-  cmd->footer(
-      "Times one random prompt of P + S tokens uncached and with its first P\n"
-      "tokens cached (in-process cache, in device memory on cuda), best of R\n"
-      "runs each, and prints one JSON object.\n"
-      "Keys: model, device, prefix_tokens, suffix_tokens, matched_tokens,\n"
-      "ttft_uncached_s, ttft_cached_s, speedup, ideal_speedup,\n"
-      "fraction_of_ideal, max_abs_logit_diff, threads, repeat, parameters.\n\n"
-      "Example:\n"
-      "  radixkv-worker bench --device cpu --model small --prefix-tokens 1856 "
-      "--suffix-tokens 192");
-  AddUint(cmd, "--prefix-tokens", &f->prefix_tokens, "cached prompt tokens (P)");
+  CLI::App* cmd = app.add_subcommand("bench", "Time to first token uncached "
+                                              "vs with a cached prefix (JSON)")
+                      ->footer(kBenchFooter);
+  AddUint(cmd, "--prefix-tokens", &f->prefix_tokens,
+          "cached prompt tokens (P)");
   AddUint(cmd, "--suffix-tokens", &f->suffix_tokens,
           "uncached prompt tokens (S, >= 1)");
   AddUint(cmd, "--repeat", &f->repeat, "best of R timed runs each (>= 1)");
@@ -362,7 +369,8 @@ void PrintRunResult(size_t prompt, const RunResult& r, const RunFlags& f) {
     j["prompt"] = prompt;
     j["tokens"] = r.prompt_tokens;
     j["matched_tokens"] = r.matched_tokens;
-    j["cache"] = f.no_cache ? "none" : (r.cache_degraded ? "degraded" : "daemon");
+    j["cache"] =
+        f.no_cache ? "none" : (r.cache_degraded ? "degraded" : "daemon");
     j["ttft_s"] = Rounded(r.ttft_s, 6);
     j["decode_tokens_per_s"] = Rounded(r.decode_tokens_per_s, 2);
     j["committed_blocks"] = r.committed_blocks;
@@ -428,8 +436,9 @@ struct BenchResult {
 void PrintBenchResult(const BenchFlags& f, const ModelConfig& config,
                       bool on_cuda, const BenchResult& r) {
   const uint32_t n = f.prefix_tokens + f.suffix_tokens;
-  const double ideal = ForwardFlops(config, 0, n) /
-                       ForwardFlops(config, r.matched_tokens, n - r.matched_tokens);
+  const double ideal =
+      ForwardFlops(config, 0, n) /
+      ForwardFlops(config, r.matched_tokens, n - r.matched_tokens);
   const double speedup = r.ttft_uncached_s / r.ttft_cached_s;
   nlohmann::ordered_json j;
   j["model"] = config.name;
@@ -518,7 +527,8 @@ int Help(CLI::App& app, const std::string& topic) {
       return 0;
     }
   }
-  std::cerr << "Error: unknown command '" << topic << "' (commands: run, bench)\n";
+  std::cerr << "Error: unknown command '" << topic
+            << "' (commands: run, bench)\n";
   return kExitUsage;
 }
 

@@ -387,7 +387,6 @@ TEST_F(ClientTest, BadInputIsAnErrorNotADegrade) {
   EXPECT_EQ(Stats().leases(), 0u);
 }
 
-#if defined(RADIXKV_CLIENT_TEST_HAVE_ATTACH)
 TEST_F(ClientTest, AttachedHostPoolSharesPageBytes) {
   ClientOptions o = Options();
   o.attach_pool = true;
@@ -423,7 +422,6 @@ TEST_F(ClientTest, AttachedHostPoolSharesPageBytes) {
     EXPECT_EQ(p[page_bytes - 1], 0x40 + i);
   }
 }
-#endif
 
 }  // namespace
 }  // namespace radixkv

@@ -402,6 +402,67 @@ class CtlTest(unittest.TestCase):
             self.assertIn("Error:", err)
             self.assertIn(needle, err, args)
 
+    def test_help_forms(self):
+        # "help" alone is the main help; "--help" before the command is the
+        # command's help.
+        rc, out, _ = Ctl.run(["help"])
+        self.assertEqual(rc, 0)
+        self.assertIn("Exit codes:", out)
+        self.assertRegex(out, r"\n  stats +\S")
+        rc, out, _ = Ctl.run(["--help", "tree"])
+        self.assertEqual(rc, 0)
+        self.assertIn("--limit", out)
+        self.assertIn("Example:", out)
+        # Per-command help lists the global flags with their variables.
+        rc, out, _ = Ctl.run(["match", "--help"])
+        self.assertEqual(rc, 0)
+        for needle in ("--model", "--file", "TOKENS", "RADIXKVCTL_ENDPOINT",
+                       "RADIXKVCTL_TIMEOUT", "RADIXKVCTL_OUTPUT"):
+            self.assertIn(needle, out)
+        rc, out, err = Ctl.run(["help", "nosuchcommand"])
+        self.assertEqual(rc, 3)
+        self.assertEqual(out, "")
+        self.assertIn("nosuchcommand", err)
+
+    def test_flag_forms(self):
+        self.populate(16, 12)
+        # -ojson, "--flag value", global flags between command flags, and the
+        # last of a repeated flag wins.
+        out, _ = self.ctl("tree", "-ojson", "--limit", "1", "--timeout", "30s",
+                          "--limit=2")
+        self.assertEqual(len(json.loads(out)["nodes"]), 2)
+        out, _ = self.ctl("-o", "json", "tree", "--output=text", "--limit=1")
+        self.assertIn("KEY", out.splitlines()[0])
+        # "--model=" names the empty model; it does not take the next argument.
+        flags = ["--model=", "--layers=2", "--kv-heads=2", "--head-dim=8",
+                 "--dtype=fp16", "--page-size=4"]
+        rc, out, err = Ctl.run(["hash", *flags, "-o", "json", "1", "2", "3", "4"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json.loads(out)["tokens"], 4)
+        # Tokens after "--".
+        rc, out, err = Ctl.run(["hash", *flags, "-o", "json", "--", "1", "2"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json.loads(out)["tokens"], 2)
+        # --yes=false is not --yes.
+        _, err = self.ctl("clear", "--yes=false", expect=3)
+        self.assertIn("--yes", err)
+
+    def test_more_bad_arguments_exit_3(self):
+        cases = [
+            (["stats", "extra"], "extra"),
+            (["tree", "--limit"], "--limit"),
+            (["--output"], "--output"),
+            (["nosuchcommand", "--bogus"], "nosuchcommand"),
+            (["health", "--service"], "--service"),
+            (["--endpoint=host:0", "stats"], "--endpoint"),
+        ]
+        for args, needle in cases:
+            rc, out, err = Ctl.run(args, self.sock)
+            self.assertEqual(rc, 3, "%s: rc=%d %s" % (args, rc, err))
+            self.assertEqual(out, "", args)
+            self.assertTrue(err.startswith("Error:"), err)
+            self.assertIn(needle, err, args)
+
     def test_environment_variables(self):
         rc, out, _ = Ctl.run(["stats"], env={"RADIXKVCTL_ENDPOINT": self.sock,
                                              "RADIXKVCTL_OUTPUT": "json"})
