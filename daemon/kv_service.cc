@@ -89,8 +89,10 @@ class KvService::SessionReactor final
       case v1::SessionRequest::kHeartbeat: {
         absl::MutexLock lock(&mu_);
         if (session_id_.empty()) {
-          return absl::InvalidArgumentError(
-              "open: the first Session message must be `open`, got heartbeat");
+          return FieldError(absl::StatusCode::kInvalidArgument, "open",
+                            v1::ERROR_REASON_INVALID,
+                            "the first Session message must be `open`, got "
+                            "heartbeat");
         }
         v1::SessionResponse resp;
         resp.mutable_heartbeat()->set_nonce(req.heartbeat().nonce());
@@ -100,17 +102,19 @@ class KvService::SessionReactor final
       case v1::SessionRequest::KIND_NOT_SET:
         break;
     }
-    return absl::InvalidArgumentError(
-        "kind: a SessionRequest sets `open` (first) or `heartbeat`");
+    return FieldError(absl::StatusCode::kInvalidArgument, "kind",
+                      v1::ERROR_REASON_INVALID,
+                      "a SessionRequest sets `open` (first) or `heartbeat`");
   }
 
   absl::Status Open(const v1::OpenSession& open) {
     {
       absl::MutexLock lock(&mu_);
       if (!session_id_.empty()) {
-        return absl::InvalidArgumentError(
-            "open: this stream already has a session; send heartbeats, or "
-            "open another stream for another namespace");
+        return FieldError(absl::StatusCode::kInvalidArgument, "open",
+                          v1::ERROR_REASON_INVALID,
+                          "this stream already has a session; send heartbeats, "
+                          "or open another stream for another namespace");
       }
     }
     absl::Status admission = Admission(ctx_, service_->env_);

@@ -93,6 +93,76 @@ void Print(const std::string& line) {
   std::fflush(stdout);
 }
 
+// glibc hands a heap's free top back to the kernel once it passes its trim
+// threshold, and request buffers then fault those pages in again on the
+// next burst; a higher threshold keeps them mapped (docs/ARCHITECTURE.md,
+// "Request buffers stay with the process"). Call before any thread
+// allocates. False (with a message) for an out-of-range flag.
+bool SetMallocTrimThreshold() {
+  const uint64_t trim = absl::GetFlag(FLAGS_malloc_trim_threshold);
+  if (trim == 0) return true;
+  if (trim > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+    std::fprintf(stderr,
+                 "radixkvd: --malloc_trim_threshold=%llu exceeds %d bytes\n",
+                 static_cast<unsigned long long>(trim),
+                 std::numeric_limits<int>::max());
+    return false;
+  }
+  if (mallopt(M_TRIM_THRESHOLD, static_cast<int>(trim)) != 1) {
+    std::fprintf(stderr,
+                 "radixkvd: warning: mallopt(M_TRIM_THRESHOLD, %llu) "
+                 "failed; glibc's own trimming stays\n",
+                 static_cast<unsigned long long>(trim));
+  }
+  return true;
+}
+
+// The server's options from the flags.
+absl::StatusOr<radixkv::daemon::ServerOptions> OptionsFromFlags() {
+  radixkv::daemon::ServerOptions o;
+  o.socket_path = absl::GetFlag(FLAGS_socket);
+  o.listen_tcp = absl::GetFlag(FLAGS_listen_tcp);
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.pool = absl::GetFlag(FLAGS_pool);
+  o.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
+  o.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
+  o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
+  o.cache.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  o.cache.max_string_bytes = absl::GetFlag(FLAGS_max_string_bytes);
+  o.cache.max_page_size = absl::GetFlag(FLAGS_max_page_size);
+  o.cache.allow_key_mode = absl::GetFlag(FLAGS_allow_key_mode);
+  o.cache.event_buffer = absl::GetFlag(FLAGS_event_buffer);
+  o.cache.sessions.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
+  o.cache.sessions.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  o.cache.sessions.max_leases_per_session =
+      absl::GetFlag(FLAGS_max_leases_per_session);
+  auto gids = ResolveGroups(absl::GetFlag(FLAGS_attach_allowed_gids));
+  if (!gids.ok()) return gids.status();
+  o.attach_allowed_gids = *std::move(gids);
+  return o;
+}
+
+// Where the started server listens, one line each, then "ready".
+void PrintListening(const radixkv::daemon::ServerOptions& o,
+                    const radixkv::daemon::Server& s) {
+  if (!o.socket_path.empty()) {
+    Print(absl::StrCat("radixkvd: gRPC on ", radixkv::UnixTarget(o.socket_path)));
+  }
+  if (!o.listen_tcp.empty()) {
+    const size_t colon = o.listen_tcp.rfind(':');
+    Print(absl::StrCat("radixkvd: gRPC on ", o.listen_tcp.substr(0, colon), ":",
+                       s.tcp_port()));
+  }
+  Print(absl::StrCat("radixkvd: attach socket ",
+                     s.attach_socket_path().empty() ? "(none)"
+                                                    : s.attach_socket_path()));
+  Print(absl::StrCat("radixkvd: metrics ",
+                     s.metrics_url().empty() ? "(off)" : s.metrics_url()));
+  Print(absl::StrCat("radixkvd: pool ", o.pool,
+                     " (allocated when the first namespace binds)"));
+  Print("radixkvd: ready");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,27 +175,7 @@ int main(int argc, char** argv) {
   // gRPC's own mutexes are Abseil mutexes too, so the check would run on
   // every RPC's locks (docs/BENCHMARKS.md §5). Tests keep the check on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  // glibc hands a heap's free top back to the kernel once it passes its trim
-  // threshold, and request buffers then fault those pages in again on the
-  // next burst; a higher threshold keeps them mapped (docs/ARCHITECTURE.md,
-  // "Request buffers stay with the process"). Set before any thread
-  // allocates.
-  if (const uint64_t trim = absl::GetFlag(FLAGS_malloc_trim_threshold);
-      trim != 0) {
-    if (trim > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
-      std::fprintf(stderr,
-                   "radixkvd: --malloc_trim_threshold=%llu exceeds %d bytes\n",
-                   static_cast<unsigned long long>(trim),
-                   std::numeric_limits<int>::max());
-      return 2;
-    }
-    if (mallopt(M_TRIM_THRESHOLD, static_cast<int>(trim)) != 1) {
-      std::fprintf(stderr,
-                   "radixkvd: warning: mallopt(M_TRIM_THRESHOLD, %llu) "
-                   "failed; glibc's own trimming stays\n",
-                   static_cast<unsigned long long>(trim));
-    }
-  }
+  if (!SetMallocTrimThreshold()) return 2;
   using radixkv::daemon::Log;
   using radixkv::daemon::LogLevel;
 
@@ -145,55 +195,20 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  radixkv::daemon::ServerOptions o;
-  o.socket_path = absl::GetFlag(FLAGS_socket);
-  o.listen_tcp = absl::GetFlag(FLAGS_listen_tcp);
-  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  o.pool = absl::GetFlag(FLAGS_pool);
-  o.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
-  o.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
-  o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);
-  o.cache.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
-  o.cache.max_string_bytes = absl::GetFlag(FLAGS_max_string_bytes);
-  o.cache.max_page_size = absl::GetFlag(FLAGS_max_page_size);
-  o.cache.allow_key_mode = absl::GetFlag(FLAGS_allow_key_mode);
-  o.cache.event_buffer = absl::GetFlag(FLAGS_event_buffer);
-  o.cache.sessions.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
-  o.cache.sessions.max_sessions = absl::GetFlag(FLAGS_max_sessions);
-  o.cache.sessions.max_leases_per_session =
-      absl::GetFlag(FLAGS_max_leases_per_session);
-
-  auto gids = ResolveGroups(absl::GetFlag(FLAGS_attach_allowed_gids));
-  if (!gids.ok()) {
+  absl::StatusOr<radixkv::daemon::ServerOptions> o = OptionsFromFlags();
+  if (!o.ok()) {
     std::fprintf(stderr, "radixkvd: %s\n",
-                 std::string(gids.status().message()).c_str());
+                 std::string(o.status().message()).c_str());
     return 2;
   }
-  o.attach_allowed_gids = *std::move(gids);
-
-  auto server = radixkv::daemon::Server::Start(o);
+  auto server = radixkv::daemon::Server::Start(*o);
   if (!server.ok()) {
     std::fprintf(stderr, "radixkvd: cannot start: %s\n",
                  server.status().ToString().c_str());
     return 1;
   }
   radixkv::daemon::Server& s = **server;
-  if (!o.socket_path.empty()) {
-    Print(absl::StrCat("radixkvd: gRPC on ", radixkv::UnixTarget(o.socket_path)));
-  }
-  if (!o.listen_tcp.empty()) {
-    const size_t colon = o.listen_tcp.rfind(':');
-    Print(absl::StrCat("radixkvd: gRPC on ", o.listen_tcp.substr(0, colon), ":",
-                       s.tcp_port()));
-  }
-  Print(absl::StrCat("radixkvd: attach socket ",
-                     s.attach_socket_path().empty() ? "(none)"
-                                                    : s.attach_socket_path()));
-  Print(absl::StrCat("radixkvd: metrics ",
-                     s.metrics_url().empty() ? "(off)" : s.metrics_url()));
-  Print(absl::StrCat("radixkvd: pool ", o.pool,
-                     " (allocated when the first namespace binds)"));
-  Print("radixkvd: ready");
+  PrintListening(*o, s);
 
   int sig = 0;
   sigwait(&signals, &sig);

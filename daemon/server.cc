@@ -97,6 +97,35 @@ int ToMillis(absl::Duration d) {
   return ms > INT32_MAX ? INT32_MAX : static_cast<int>(ms);
 }
 
+// The options' own checks (flags named), and the parsed pool spec.
+absl::StatusOr<gpu::PoolSpec> CheckOptions(const ServerOptions& options) {
+  if (options.socket_path.empty() && options.listen_tcp.empty()) {
+    return absl::InvalidArgumentError(
+        "--socket, --listen_tcp: at least one listening address is needed");
+  }
+  if (options.keepalive_time <= absl::ZeroDuration() ||
+      options.keepalive_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--keepalive_time, --keepalive_timeout: must be positive");
+  }
+  if (options.max_receive_message_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        "--max_receive_message_bytes: must be positive");
+  }
+  if (options.cache.event_buffer == 0) {
+    return absl::InvalidArgumentError("--event_buffer: must be at least 1");
+  }
+  if (options.cache.sessions.lease_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--lease_ttl: must be positive");
+  }
+  absl::StatusOr<gpu::PoolSpec> pool = gpu::ParsePoolSpec(options.pool);
+  if (!pool.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pool ", options.pool, ": ", pool.status().message()));
+  }
+  return pool;
+}
+
 }  // namespace
 
 Server::Server(const ServerOptions& options) : options_(options) {}
@@ -113,34 +142,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 }
 
 absl::Status Server::Init() {
-  if (options_.socket_path.empty() && options_.listen_tcp.empty()) {
-    return absl::InvalidArgumentError(
-        "--socket, --listen_tcp: at least one listening address is needed");
-  }
-  absl::StatusOr<gpu::PoolSpec> pool = gpu::ParsePoolSpec(options_.pool);
-  if (!pool.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--pool ", options_.pool, ": ", pool.status().message()));
-  }
-  if (options_.keepalive_time <= absl::ZeroDuration() ||
-      options_.keepalive_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        "--keepalive_time, --keepalive_timeout: must be positive");
-  }
-  if (options_.max_receive_message_bytes <= 0) {
-    return absl::InvalidArgumentError(
-        "--max_receive_message_bytes: must be positive");
-  }
-  if (options_.cache.event_buffer == 0) {
-    return absl::InvalidArgumentError("--event_buffer: must be at least 1");
-  }
-  if (options_.cache.sessions.lease_ttl <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--lease_ttl: must be positive");
-  }
+  ASSIGN_OR_RETURN(gpu::PoolSpec pool, CheckOptions(options_));
   CacheOptions copts = options_.cache;
-  copts.pool = *pool;
+  copts.pool = pool;
   if (options_.attach && !options_.socket_path.empty() &&
-      pool->backend != gpu::Backend::kNone) {
+      pool.backend != gpu::Backend::kNone) {
     attach_path_ = AttachSocketPathFor(options_.socket_path);
   }
   copts.attach_socket = attach_path_;
@@ -158,6 +164,30 @@ absl::Status Server::Init() {
   kv_service_ = std::make_unique<KvService>(env);
   admin_service_ = std::make_unique<AdminService>(env);
 
+  RETURN_IF_ERROR(StartGrpc());
+  if (!options_.listen_tcp.empty() && tcp_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("--listen_tcp ", options_.listen_tcp, ": cannot bind"));
+  }
+  if (!options_.socket_path.empty() &&
+      chmod(options_.socket_path.c_str(), 0660) != 0) {
+    return absl::InternalError(absl::StrCat(
+        "--socket ", options_.socket_path, ": chmod 0660: ", ErrnoText(errno)));
+  }
+  if (!attach_path_.empty()) {
+    AttachServer::Options aopts;
+    aopts.path = attach_path_;
+    aopts.allowed_gids = options_.attach_allowed_gids;
+    Cache* cache = cache_.get();
+    ASSIGN_OR_RETURN(attach_server_,
+                     AttachServer::Start(aopts, [cache](absl::string_view id) {
+                       return cache->PoolForSession(id);
+                     }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartGrpc() {
   // Keeps health.pb.o (the grpc.health.v1 descriptors) in the link, so
   // reflection can describe the health service.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
@@ -198,25 +228,6 @@ absl::Status Server::Init() {
   if (auto* health = grpc_server_->GetHealthCheckService()) {
     health->SetServingStatus(v1::KvCache::service_full_name(), true);
     health->SetServingStatus(v1::Admin::service_full_name(), true);
-  }
-  if (!options_.listen_tcp.empty() && tcp_port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--listen_tcp ", options_.listen_tcp, ": cannot bind"));
-  }
-  if (!options_.socket_path.empty() &&
-      chmod(options_.socket_path.c_str(), 0660) != 0) {
-    return absl::InternalError(absl::StrCat(
-        "--socket ", options_.socket_path, ": chmod 0660: ", ErrnoText(errno)));
-  }
-  if (!attach_path_.empty()) {
-    AttachServer::Options aopts;
-    aopts.path = attach_path_;
-    aopts.allowed_gids = options_.attach_allowed_gids;
-    Cache* cache = cache_.get();
-    ASSIGN_OR_RETURN(attach_server_,
-                     AttachServer::Start(aopts, [cache](absl::string_view id) {
-                       return cache->PoolForSession(id);
-                     }));
   }
   return absl::OkStatus();
 }

@@ -109,6 +109,8 @@ class Server {
  private:
   explicit Server(const ServerOptions& options);
   absl::Status Init();
+  // Builds and starts the gRPC server on the configured addresses.
+  absl::Status StartGrpc();
 
   ServerOptions options_;
   std::string attach_path_;

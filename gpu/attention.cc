@@ -19,6 +19,7 @@
 #include "gpu/kv_ops.h"
 #include "gpu/kv_ops_check.h"
 #include "gpu/kv_parallel.h"
+#include "radix/status_macros.h"
 
 #if defined(RADIXKV_KERNELS_CUDA)
 #include "gpu/kv_cuda_launch.h"
@@ -213,11 +214,7 @@ absl::Status AttentionPrefixSuffix(const AttentionShape& shape,
                                    const PrefixPages& prefix,
                                    absl::Span<const void* const> pages,
                                    const AttentionIo& io) {
-  if (absl::Status s =
-          internal::CheckAttention(shape, prefix, pages.size(), io);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(internal::CheckAttention(shape, prefix, pages.size(), io));
   for (size_t i = 0; i < PagesForTokens(prefix.geom, prefix.tokens); ++i) {
     if (pages[i] == nullptr) {
       return absl::InvalidArgumentError(
@@ -295,10 +292,7 @@ absl::Status AttentionPrefixSuffixCuda(const AttentionShape& shape,
                                        const uint64_t* page_ids,
                                        const AttentionIo& io, void* stream) {
   const uint64_t n_pages = PagesForTokens(prefix.geom, prefix.tokens);
-  if (absl::Status s = internal::CheckAttention(shape, prefix, n_pages, io);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(internal::CheckAttention(shape, prefix, n_pages, io));
   if (prefix.tokens > 0 && (pool_base == nullptr || page_ids == nullptr)) {
     return absl::InvalidArgumentError(
         "pool_base and page_ids must be non-null when prefix.tokens > 0");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "radix/status_macros.h"
 
 namespace radixkv::gpu::internal {
 namespace {
@@ -94,11 +95,8 @@ absl::Status UseCudaDevice(const CudaDriver& driver, int device) {
         "cuda pool: initialising device ", device, ": ", RuntimeError(err)));
   }
   CUdevice dev = 0;
-  if (absl::Status s =
-          CuStatus(driver, driver.DeviceGet(&dev, device), "cuDeviceGet");
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(
+      CuStatus(driver, driver.DeviceGet(&dev, device), "cuDeviceGet"));
   int vmm = 0, posix_fd = 0;
   driver.DeviceGetAttribute(
       &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);

@@ -23,6 +23,7 @@
 #include "gpu/cuda_driver.h"
 #include "gpu/mapped_pool.h"
 #include "gpu/pool_internal.h"
+#include "radix/status_macros.h"
 
 namespace radixkv::gpu {
 namespace internal {
@@ -100,14 +101,10 @@ CUmemAllocationProp AllocationProp(int device) {
 absl::StatusOr<uint64_t> Granularity(const CudaDriver& d, int device) {
   CUmemAllocationProp prop = AllocationProp(device);
   size_t gran = 0;
-  if (absl::Status s =
-          CuStatus(d,
-                   d.MemGetAllocationGranularity(
-                       &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-                   "cuMemGetAllocationGranularity");
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CuStatus(d,
+                           d.MemGetAllocationGranularity(
+                               &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                           "cuMemGetAllocationGranularity"));
   if (gran == 0) return absl::InternalError("cuda pool: granularity is 0");
   return gran;
 }
@@ -159,7 +156,7 @@ absl::StatusOr<std::unique_ptr<PagePool>> CreateCudaPagePool(
   absl::StatusOr<const CudaDriver*> driver = GetCudaDriver();
   if (!driver.ok()) return driver.status();
   const CudaDriver& d = **driver;
-  if (absl::Status s = UseCudaDevice(d, spec.device); !s.ok()) return s;
+  RETURN_IF_ERROR(UseCudaDevice(d, spec.device));
   absl::StatusOr<uint64_t> gran = Granularity(d, spec.device);
   if (!gran.ok()) return gran.status();
   uint64_t target =
@@ -177,22 +174,16 @@ absl::StatusOr<std::unique_ptr<PagePool>> CreateCudaPagePool(
     uint64_t pages = std::min(*per_chunk, capacity - c * *per_chunk);
     uint64_t bytes = RoundUp(pages * page_bytes, *gran);
     CUmemGenericAllocationHandle handle = 0;
-    if (absl::Status s = CuStatus(
-            d, d.MemCreate(&handle, bytes, &prop, 0),
-            absl::StrCat("cuMemCreate of chunk ", c, " (", bytes, " bytes)"));
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(CuStatus(
+        d, d.MemCreate(&handle, bytes, &prop, 0),
+        absl::StrCat("cuMemCreate of chunk ", c, " (", bytes, " bytes)")));
     CudaAllocation allocation(&d, handle);
     int fd = -1;
-    if (absl::Status s = CuStatus(
-            d,
-            d.MemExportToShareableHandle(
-                &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-            absl::StrCat("cuMemExportToShareableHandle of chunk ", c));
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(
+        CuStatus(d,
+                 d.MemExportToShareableHandle(
+                     &fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                 absl::StrCat("cuMemExportToShareableHandle of chunk ", c)));
     chunks.push_back(CudaChunk{std::move(allocation), UniqueFd(fd), bytes});
   }
   return std::unique_ptr<PagePool>(new CudaPagePool(
@@ -219,9 +210,7 @@ absl::Status MappedPool::MapCuda(std::vector<UniqueFd> fds) {
       internal::GetCudaDriver();
   if (!driver.ok()) return driver.status();
   const internal::CudaDriver& d = **driver;
-  if (absl::Status s = internal::UseCudaDevice(d, layout_.device); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(internal::UseCudaDevice(d, layout_.device));
   absl::StatusOr<uint64_t> gran = internal::Granularity(d, layout_.device);
   if (!gran.ok()) return gran.status();
   uint64_t total = 0;
@@ -236,37 +225,27 @@ absl::Status MappedPool::MapCuda(std::vector<UniqueFd> fds) {
   auto state = std::unique_ptr<CudaState, CudaStateDeleter>(new CudaState);
   for (size_t c = 0; c < fds.size(); ++c) {
     CUmemGenericAllocationHandle handle = 0;
-    if (absl::Status s = CuStatus(
-            d,
-            d.MemImportFromShareableHandle(
-                &handle,
-                reinterpret_cast<void*>(static_cast<uintptr_t>(fds[c].get())),
-                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-            absl::StrCat("cuMemImportFromShareableHandle of chunk ", c));
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(CuStatus(
+        d,
+        d.MemImportFromShareableHandle(
+            &handle,
+            reinterpret_cast<void*>(static_cast<uintptr_t>(fds[c].get())),
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+        absl::StrCat("cuMemImportFromShareableHandle of chunk ", c)));
     state->allocations.emplace_back(&d, handle);
     fds[c].reset();  // the imported handle keeps the memory alive
   }
   CUdeviceptr base = 0;
-  if (absl::Status s =
-          CuStatus(d, d.MemAddressReserve(&base, total, *gran, 0, 0),
-                   absl::StrCat("cuMemAddressReserve of ", total, " bytes"));
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(
+      CuStatus(d, d.MemAddressReserve(&base, total, *gran, 0, 0),
+               absl::StrCat("cuMemAddressReserve of ", total, " bytes")));
   state->range = std::make_unique<internal::CudaAddressRange>(&d, base, total);
   uint64_t offset = 0;
   for (size_t c = 0; c < state->allocations.size(); ++c) {
     uint64_t bytes = layout_.chunk_bytes[c];
-    if (absl::Status s = CuStatus(
-            d,
-            d.MemMap(base + offset, bytes, 0, state->allocations[c].get(), 0),
-            absl::StrCat("cuMemMap of chunk ", c));
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(CuStatus(
+        d, d.MemMap(base + offset, bytes, 0, state->allocations[c].get(), 0),
+        absl::StrCat("cuMemMap of chunk ", c)));
     state->mappings.emplace_back(&d, base + offset, bytes);
     // Access is granted per mapped chunk (the range as a whole may not be
     // one allocation).
@@ -274,12 +253,9 @@ absl::Status MappedPool::MapCuda(std::vector<UniqueFd> fds) {
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = layout_.device;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if (absl::Status s =
-            CuStatus(d, d.MemSetAccess(base + offset, bytes, &access, 1),
-                     absl::StrCat("cuMemSetAccess of chunk ", c));
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(CuStatus(d,
+                             d.MemSetAccess(base + offset, bytes, &access, 1),
+                             absl::StrCat("cuMemSetAccess of chunk ", c)));
     chunk_base_.push_back(reinterpret_cast<char*>(base + offset));
     offset += bytes;
   }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gpu/kv_ops_check.h"
 #include "gpu/kv_parallel.h"
+#include "radix/status_macros.h"
 
 #if defined(RADIXKV_KERNELS_CUDA)
 #include <cuda_runtime.h>
@@ -77,15 +78,12 @@ absl::Status CheckNoNullPages(absl::Span<const void* const> pages,
 
 absl::Status WriteKv(const PageGeometry& geom, const KvSource& src,
                      absl::Span<void* const> pages) {
-  if (absl::Status s =
-          internal::CheckKvTensors(geom, src.k, src.v, src.n_tokens,
-                                   src.layer_stride_tokens, pages.size(), "src");
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(internal::CheckKvTensors(geom, src.k, src.v, src.n_tokens,
+                                           src.layer_stride_tokens,
+                                           pages.size(), "src"));
   absl::Span<const void* const> cpages(
       reinterpret_cast<const void* const*>(pages.data()), pages.size());
-  if (absl::Status s = CheckNoNullPages(cpages, "pages"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNoNullPages(cpages, "pages"));
   if (src.n_tokens == 0) return absl::OkStatus();
   MoveRows<true>(geom, static_cast<uint8_t*>(const_cast<void*>(src.k)),
                  static_cast<uint8_t*>(const_cast<void*>(src.v)), src.n_tokens,
@@ -96,15 +94,11 @@ absl::Status WriteKv(const PageGeometry& geom, const KvSource& src,
 absl::Status WriteKv(const PageGeometry& geom, const KvSource& src,
                      void* pool_base, uint64_t capacity_pages,
                      absl::Span<const uint64_t> page_ids) {
-  if (absl::Status s = internal::CheckGeometry(geom); !s.ok()) return s;
+  RETURN_IF_ERROR(internal::CheckGeometry(geom));
   if (!page_ids.empty() && pool_base == nullptr) {
     return absl::InvalidArgumentError("pool_base must be non-null");
   }
-  if (absl::Status s =
-          internal::CheckPageIds(page_ids, capacity_pages, "page_ids");
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(internal::CheckPageIds(page_ids, capacity_pages, "page_ids"));
   std::vector<void*> addrs(page_ids.size());
   for (size_t i = 0; i < page_ids.size(); ++i) {
     addrs[i] = static_cast<uint8_t*>(pool_base) + page_ids[i] * geom.page_bytes();
@@ -114,13 +108,10 @@ absl::Status WriteKv(const PageGeometry& geom, const KvSource& src,
 
 absl::Status ReadKv(const PageGeometry& geom,
                     absl::Span<const void* const> pages, const KvDest& dst) {
-  if (absl::Status s =
-          internal::CheckKvTensors(geom, dst.k, dst.v, dst.n_tokens,
-                                   dst.layer_stride_tokens, pages.size(), "dst");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckNoNullPages(pages, "pages"); !s.ok()) return s;
+  RETURN_IF_ERROR(internal::CheckKvTensors(geom, dst.k, dst.v, dst.n_tokens,
+                                           dst.layer_stride_tokens,
+                                           pages.size(), "dst"));
+  RETURN_IF_ERROR(CheckNoNullPages(pages, "pages"));
   if (dst.n_tokens == 0) return absl::OkStatus();
   MoveRows<false>(geom, static_cast<uint8_t*>(dst.k),
                   static_cast<uint8_t*>(dst.v), dst.n_tokens,
@@ -138,10 +129,10 @@ absl::Status CopyPages(uint64_t page_bytes, absl::Span<const void* const> src,
         absl::StrCat("src has ", src.size(), " pages but dst has ", dst.size(),
                      "; they must be equal"));
   }
-  if (absl::Status s = CheckNoNullPages(src, "src"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNoNullPages(src, "src"));
   absl::Span<const void* const> cdst(
       reinterpret_cast<const void* const*>(dst.data()), dst.size());
-  if (absl::Status s = CheckNoNullPages(cdst, "dst"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNoNullPages(cdst, "dst"));
   for (size_t i = 0; i < dst.size(); ++i) {
     if (dst[i] == src[i]) {
       return absl::InvalidArgumentError(
@@ -161,12 +152,9 @@ absl::Status CopyPages(uint64_t page_bytes, const void* src_base,
                        absl::Span<const uint64_t> src_ids, void* dst_base,
                        uint64_t dst_capacity_pages,
                        absl::Span<const uint64_t> dst_ids) {
-  if (absl::Status s = internal::CheckCopyIds(
-          page_bytes, src_base, src_capacity_pages, src_ids, dst_base,
-          dst_capacity_pages, dst_ids);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(internal::CheckCopyIds(page_bytes, src_base,
+                                         src_capacity_pages, src_ids, dst_base,
+                                         dst_capacity_pages, dst_ids));
   std::vector<const void*> s(src_ids.size());
   std::vector<void*> d(dst_ids.size());
   for (size_t i = 0; i < src_ids.size(); ++i) {
@@ -198,21 +186,13 @@ int CudaKernelDeviceCount() {
 absl::Status WriteKvCuda(const PageGeometry& geom, const KvSource& src,
                          void* pool_base, uint64_t capacity_pages,
                          absl::Span<const uint64_t> page_ids, void* stream) {
-  if (absl::Status s =
-          internal::CheckKvTensors(geom, src.k, src.v, src.n_tokens,
-                                   src.layer_stride_tokens, page_ids.size(),
-                                   "src");
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(internal::CheckKvTensors(geom, src.k, src.v, src.n_tokens,
+                                           src.layer_stride_tokens,
+                                           page_ids.size(), "src"));
   if (!page_ids.empty() && pool_base == nullptr) {
     return absl::InvalidArgumentError("pool_base must be non-null");
   }
-  if (absl::Status s =
-          internal::CheckPageIds(page_ids, capacity_pages, "page_ids");
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(internal::CheckPageIds(page_ids, capacity_pages, "page_ids"));
   return internal::CudaStatus(
       cuda_kernels::LaunchWriteKv(geom, src.k, src.v, src.n_tokens,
                                   src.layer_stride_tokens, pool_base,
@@ -225,12 +205,9 @@ absl::Status CopyPagesCuda(uint64_t page_bytes, const void* src_base,
                            absl::Span<const uint64_t> src_ids, void* dst_base,
                            uint64_t dst_capacity_pages,
                            absl::Span<const uint64_t> dst_ids, void* stream) {
-  if (absl::Status s = internal::CheckCopyIds(
-          page_bytes, src_base, src_capacity_pages, src_ids, dst_base,
-          dst_capacity_pages, dst_ids);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(internal::CheckCopyIds(page_bytes, src_base,
+                                         src_capacity_pages, src_ids, dst_base,
+                                         dst_capacity_pages, dst_ids));
   return internal::CudaStatus(
       cuda_kernels::LaunchCopyPages(page_bytes, src_base, src_ids.data(),
                                     dst_base, dst_ids.data(), src_ids.size(),

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpu/pool_internal.h"
+#include "radix/status_macros.h"
 
 namespace radixkv::gpu {
 
@@ -82,9 +83,7 @@ absl::Status ValidatePoolLayout(const PoolLayout& layout, size_t fd_count) {
 
 absl::StatusOr<std::unique_ptr<MappedPool>> MappedPool::Map(
     const PoolLayout& layout, std::vector<UniqueFd> fds) {
-  if (absl::Status s = ValidatePoolLayout(layout, fds.size()); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(ValidatePoolLayout(layout, fds.size()));
   std::unique_ptr<MappedPool> pool(new MappedPool(layout));
   absl::Status s = layout.backend == Backend::kHost
                        ? pool->MapHost(std::move(fds))

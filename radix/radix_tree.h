@@ -86,8 +86,8 @@ inline constexpr PageId kNoPage = 0xffffffffu;
 // Most namespaces one tree holds.
 inline constexpr uint32_t kMaxNamespaces = 0xffff;
 // Blocks an admin eviction (Evict, Clear) removes per hold of the tree's
-// lock: ~50 us at 1 M cached blocks, where one hold for all of them would
-// stall every lookup for tens of milliseconds.
+// lock, so that lookups and inserts go on between batches instead of
+// waiting for a whole Clear (docs/BENCHMARKS.md has the hold times).
 inline constexpr uint64_t kAdminEvictionBatch = 1024;
 
 enum class PageState : uint8_t { kFree = 0, kWriting = 1, kCached = 2 };

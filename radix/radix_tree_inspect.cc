@@ -167,10 +167,25 @@ absl::Status RadixTree::CheckInvariants() const {
   return impl_->CheckLocked();
 }
 
+namespace {
+
+// An invariant violation, as CheckInvariants reports it.
+template <typename... Parts>
+absl::Status Violation(const Parts&... parts) {
+  return absl::InternalError(absl::StrCat("radix invariant: ", parts...));
+}
+
+}  // namespace
+
 absl::Status RadixTree::Impl::CheckLocked() const {
-  auto fail = [](auto&&... parts) {
-    return absl::InternalError(absl::StrCat("radix invariant: ", parts...));
-  };
+  PageCounts c;
+  if (absl::Status s = CheckNodes(&c); !s.ok()) return s;
+  if (absl::Status s = CheckLists(c); !s.ok()) return s;
+  return CheckLeases(c.writing);
+}
+
+absl::Status RadixTree::Impl::CheckNodes(PageCounts* c) const {
+  auto fail = [](const auto&... parts) { return Violation(parts...); };
   // Page states and counters.
   uint64_t n_free = 0, n_writing = 0, n_cached = 0, n_pinned = 0;
   std::vector<uint32_t> children(capacity, 0);
@@ -244,6 +259,16 @@ absl::Status RadixTree::Impl::CheckLocked() const {
                   " blocks, scan finds ", ns_blocks[i]);
     }
   }
+  c->free = n_free;
+  c->writing = n_writing;
+  c->cached = n_cached;
+  c->pinned = n_pinned;
+  return absl::OkStatus();
+}
+
+absl::Status RadixTree::Impl::CheckLists(const PageCounts& c) const {
+  auto fail = [](const auto&... parts) { return Violation(parts...); };
+  const uint64_t n_free = c.free, n_cached = c.cached, n_pinned = c.pinned;
   // Free list.
   uint64_t listed = 0;
   for (PageId p = free_head; p != kNoPage; p = links[p].next) {
@@ -286,6 +311,11 @@ absl::Status RadixTree::Impl::CheckLocked() const {
                   n.parent);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status RadixTree::Impl::CheckLeases(uint64_t n_writing) const {
+  auto fail = [](const auto&... parts) { return Violation(parts...); };
   // Leases: pins add up to refcounts; WRITING pages belong to one lease;
   // owner_leases counts each owner's leases.
   std::vector<uint32_t> pins(capacity, 0);

@@ -255,6 +255,9 @@ struct ResolvedPrompt {
   uint64_t known_epoch = 0;          // eviction_epoch at the walk
   uint32_t total_blocks = 0;         // full blocks of the whole prompt
   uint32_t walked_blocks = 0;        // keys found by the walk
+  // keys are the chain of `tokens` from the namespace root (token mode):
+  // blocks committed from the lease can be walked later.
+  bool chain_keys = false;
 };
 
 }  // namespace radix_internal
@@ -388,9 +391,10 @@ struct RadixTree::Impl {
                      absl::Span<const PageId> known, uint64_t known_epoch,
                      PageId* parent, std::vector<PageId>* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
-  // Walks keys from the root; returns matched pages (verified), counting a
-  // rejected hit in *collisions. `known`, `known_epoch`: ResolvedPrompt's.
-  void MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
+  // Walks keys from the root; returns how many match (verified), appending
+  // their pages to *out (if not null) and counting a rejected hit in
+  // *collisions. `known`, `known_epoch`: ResolvedPrompt's.
+  size_t MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
                  absl::Span<const uint32_t> tokens,
                  absl::Span<const PageId> known, uint64_t known_epoch,
                  std::vector<PageId>* out,
@@ -471,6 +475,11 @@ struct RadixTree::Impl {
   // Checks AcquireRequest::end_leases and max_owner_leases; changes nothing.
   absl::Status CheckEndLeases(const AcquireRequest& req, absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // Acquire given the prompt's keys: takes the lock, checks, then
+  // AcquireLocked.
+  absl::StatusOr<AcquireResult> AcquireResolved(
+      const AcquireRequest& req, const radix_internal::ResolvedPrompt& prompt)
+      ABSL_LOCKS_EXCLUDED(mu);
   // Acquire's locked step, given the prompt's keys.
   AcquireResult AcquireLocked(const AcquireRequest& req,
                               const radix_internal::ResolvedPrompt& prompt)
@@ -504,7 +513,19 @@ struct RadixTree::Impl {
         child;
   }
   void FlushEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // CheckInvariants under the caller's lock, in three parts: the nodes
+  // (states, counters, key index, parents, child and namespace counts), the
+  // free and recency lists, and the leases (pins, WRITING pages, owners).
+  struct PageCounts {
+    uint64_t free = 0, writing = 0, cached = 0, pinned = 0;
+  };
   absl::Status CheckLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu);
+  absl::Status CheckNodes(PageCounts* counts) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
+  absl::Status CheckLists(const PageCounts& counts) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
+  absl::Status CheckLeases(uint64_t writing_pages) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
 
   const uint32_t capacity;
   const uint32_t max_page_size;

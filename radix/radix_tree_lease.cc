@@ -99,48 +99,47 @@ absl::Status RadixTree::Impl::CheckEndLeases(const AcquireRequest& req,
 
 absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
   Impl& m = *impl_;
-  ResolvedPrompt prompt;
   if (req.keys.empty() && !req.tokens.empty()) {
     // Token mode: without allocation only the matched prefix matters, so
     // hashing stops at the first block the tree lacks.
-    ASSIGN_OR_RETURN(prompt, m.ResolveTokens(req.ns, req.tokens,
-                                             /*stop_at_missing=*/!req.allocate));
-  } else {
-    prompt.keys = req.keys;
-    prompt.tokens = req.tokens;
-    prompt.total_blocks = static_cast<uint32_t>(req.keys.size());
+    ASSIGN_OR_RETURN(ResolvedPrompt prompt,
+                     m.ResolveTokens(req.ns, req.tokens,
+                                     /*stop_at_missing=*/!req.allocate));
+    return m.AcquireResolved(req, prompt);
   }
-  const absl::Time now = absl::Now();
-  WriterMutexLock lock(&m.mu);
-  RETURN_IF_ERROR(
-      m.ValidateRequest("Acquire", req.ns, prompt.keys, prompt.tokens));
-  RETURN_IF_ERROR(m.CheckEndLeases(req, now));
-  return m.AcquireLocked(req, prompt);
+  ResolvedPrompt prompt;
+  prompt.keys = req.keys;
+  prompt.tokens = req.tokens;
+  prompt.total_blocks = static_cast<uint32_t>(req.keys.size());
+  return m.AcquireResolved(req, prompt);
 }
 
 absl::StatusOr<AcquireResult> RadixTree::TEST_AcquireWalked(
     const AcquireRequest& req, absl::Span<const PageId> known,
     uint64_t known_epoch) {
-  Impl& m = *impl_;
   ResolvedPrompt prompt;
   prompt.keys = req.keys;
   prompt.tokens = req.tokens;
   prompt.total_blocks = static_cast<uint32_t>(req.keys.size());
   prompt.known_pages = known;
   prompt.known_epoch = known_epoch;
+  prompt.chain_keys = true;
+  return impl_->AcquireResolved(req, prompt);
+}
+
+absl::StatusOr<AcquireResult> RadixTree::Impl::AcquireResolved(
+    const AcquireRequest& req, const ResolvedPrompt& prompt) {
   const absl::Time now = absl::Now();
-  WriterMutexLock lock(&m.mu);
-  RETURN_IF_ERROR(
-      m.ValidateRequest("Acquire", req.ns, prompt.keys, prompt.tokens));
-  RETURN_IF_ERROR(m.CheckEndLeases(req, now));
-  return m.AcquireLocked(req, prompt);
+  WriterMutexLock lock(&mu);
+  RETURN_IF_ERROR(ValidateRequest("Acquire", req.ns, prompt.keys, prompt.tokens));
+  RETURN_IF_ERROR(CheckEndLeases(req, now));
+  return AcquireLocked(req, prompt);
 }
 
 AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
                                              const ResolvedPrompt& prompt) {
   const uint32_t ps = namespaces[req.ns].spec.page_size;
   const uint32_t now = NowSeconds();
-  const bool token_mode = req.keys.empty() && !req.tokens.empty();
   AcquireResult r;
   r.total_blocks = prompt.total_blocks;
   r.pages.reserve(prompt.keys.size());
@@ -154,10 +153,17 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
   stats.lookup_tokens += uint64_t{r.total_blocks} * ps;
   stats.hit_tokens += uint64_t{r.matched_blocks} * ps;
   stats.hash_collisions += r.collisions;
-  if (token_mode) {
-    walked_blocks.fetch_add(prompt.walked_blocks, std::memory_order_relaxed);
-    hashed_blocks.fetch_add(prompt.keys.size() - prompt.walked_blocks,
-                            std::memory_order_relaxed);
+  if (prompt.chain_keys) {
+    // Match adds to these under the shared lock; nothing else writes them
+    // while this exclusive hold lasts, so a plain load and store suffice.
+    const uint64_t hashed = prompt.keys.size() - prompt.walked_blocks;
+    walked_blocks.store(
+        walked_blocks.load(std::memory_order_relaxed) + prompt.walked_blocks,
+        std::memory_order_relaxed);
+    if (hashed != 0) {
+      hashed_blocks.store(hashed_blocks.load(std::memory_order_relaxed) + hashed,
+                          std::memory_order_relaxed);
+    }
   }
 
   // Pin the matched path before evicting, so eviction cannot take it.
@@ -181,7 +187,7 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
   lease.expires = req.expires;
   lease.ns = req.ns;
   lease.has_tokens = !prompt.tokens.empty();
-  lease.chain_keyed = token_mode;
+  lease.chain_keyed = prompt.chain_keys;
   for (uint32_t k = 0; k < want; ++k) {
     if (free_head == kNoPage) {
       if (!EvictOne()) break;

@@ -74,6 +74,7 @@ absl::StatusOr<ResolvedPrompt> RadixTree::Impl::ResolveTokens(
   out.keys = s.keys;
   out.known_pages = s.pages;
   out.tokens = tokens.first(s.keys.size() * ps);
+  out.chain_keys = true;
   return out;
 }
 
@@ -112,27 +113,29 @@ size_t RadixTree::Impl::KnownPrefix(NamespaceId ns,
   return i;
 }
 
-void RadixTree::Impl::MatchPath(NamespaceId ns, absl::Span<const BlockKey> keys,
-                                absl::Span<const uint32_t> tokens,
-                                absl::Span<const PageId> known,
-                                uint64_t known_epoch,
-                                std::vector<PageId>* out,
-                                uint32_t* collisions) const {
+size_t RadixTree::Impl::MatchPath(NamespaceId ns,
+                                  absl::Span<const BlockKey> keys,
+                                  absl::Span<const uint32_t> tokens,
+                                  absl::Span<const PageId> known,
+                                  uint64_t known_epoch,
+                                  std::vector<PageId>* out,
+                                  uint32_t* collisions) const {
   const size_t ps = namespaces[ns].spec.page_size;
   PageId parent = kNoPage;
   size_t i = KnownPrefix(ns, keys, known, known_epoch, &parent, out);
   for (; i < keys.size(); ++i) {
     const PageId p = FindByKey(ns, parent, keys[i]);
-    if (p == kNoPage) return;
+    if (p == kNoPage) break;
     const auto block = tokens.empty() ? absl::Span<const uint32_t>()
                                       : tokens.subspan(i * ps, ps);
     if (!Verifies(p, ns, parent, block)) {
       ++*collisions;
-      return;
+      break;
     }
-    out->push_back(p);
+    if (out != nullptr) out->push_back(p);
     parent = p;
   }
+  return i;
 }
 
 size_t RadixTree::Impl::WalkTokens(NamespaceId ns,
@@ -193,8 +196,11 @@ absl::StatusOr<MatchResult> RadixTree::Match(
     }
     m.matches.fetch_add(1, std::memory_order_relaxed);
     MatchResult r = m.MatchTokensLocked(ns, tokens);
+    // A fully walked hit hashes nothing: skip that counter's atomic add.
     m.walked_blocks.fetch_add(r.walked_blocks, std::memory_order_relaxed);
-    m.hashed_blocks.fetch_add(r.hashed_blocks, std::memory_order_relaxed);
+    if (r.hashed_blocks != 0) {
+      m.hashed_blocks.fetch_add(r.hashed_blocks, std::memory_order_relaxed);
+    }
     return r;
   }
   if (absl::Status s = m.ValidateRequest("Match", ns, keys, tokens); !s.ok()) {
@@ -314,10 +320,9 @@ uint32_t RadixTree::TEST_MatchWalked(NamespaceId ns,
   const Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
   if (!m.ValidateRequest("Match", ns, keys, tokens).ok()) return 0;
-  std::vector<PageId> pages;
   uint32_t collisions = 0;
-  m.MatchPath(ns, keys, tokens, known, known_epoch, &pages, &collisions);
-  return static_cast<uint32_t>(pages.size());
+  return static_cast<uint32_t>(
+      m.MatchPath(ns, keys, tokens, known, known_epoch, nullptr, &collisions));
 }
 
 }  // namespace radixkv

@@ -264,7 +264,7 @@ print("measured  radixkv hash+match (XXH3-128 chain + Match, 1 thread): %.0f M t
       % (f["hash_match_tokens_per_s"] / 1e6, f["prompt_tokens"], f["page_size"]))
 print("measured  radixkv walk+match (the daemon's Acquire path for cached blocks: token comparison, no hashing): %.0f M tokens/s"
       % (f["walk_match_tokens_per_s"] / 1e6))
-print("measured  radixkv MatchTokens (the daemon's token Match: walk and lookup in one pass): %.0f M tokens/s"
+print("measured  radixkv token Match (walk and lookup in one pass): %.0f M tokens/s"
       % (f["match_tokens_tokens_per_s"] / 1e6))
 print("measured  radixkv lock hold: 2k-token Acquire hit %.2f us, Match %.2f us (p50); longest Acquire/Commit while filling %.0f us"
       % (f["hold_acquire_hit_p50_us"], f["hold_match_tokens_p50_us"], f["hold_fill_max_us"]))

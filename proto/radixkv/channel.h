@@ -15,8 +15,7 @@
 //     and page ids on a local socket) and census;
 // and keep what matters explicitly: deadline checking (every radixkv call
 // has a deadline) and a receive limit (max_receive_message_bytes).
-// Measured on the daemon's empty handler: ~68k -> ~54k client instructions
-// per call (docs/BENCHMARKS.md).
+// docs/BENCHMARKS.md has what this saves per call.
 //
 // Thread safety: pure function.
 #ifndef RADIXKV_PROTO_RADIXKV_CHANNEL_H_

@@ -572,7 +572,7 @@ TEST_F(RadixTreeTest, DumpTreeShallowestFirst) {
   EXPECT_GT(tree_.IndexMemoryBytes(), 0u);
 }
 
-TEST_F(RadixTreeTest, PrefixKeysByTokensFollowsChainKeyedBlocks) {
+TEST_F(RadixTreeTest, TokenWalkFollowsChainKeyedBlocks) {
   const Tokens a = {1, 2, 3, 4, 5, 6, 7};  // 3 full blocks
   EXPECT_TRUE(WalkKeys(a).empty());        // empty tree
   InsertChain(a);
@@ -595,7 +595,7 @@ TEST_F(RadixTreeTest, PrefixKeysByTokensFollowsChainKeyedBlocks) {
   EXPECT_TRUE(WalkKeys(a).empty());
 }
 
-TEST_F(RadixTreeTest, PrefixKeysByTokensTrustsOnlyChainKeys) {
+TEST_F(RadixTreeTest, TokenWalkTrustsOnlyChainKeys) {
   const Tokens t = {1, 2, 3, 4};
   Insert(t);  // keys supplied without chain_keys
   EXPECT_EQ(Lookup(t), 2);
@@ -628,7 +628,7 @@ TEST_F(RadixTreeTest, PrefixKeysByTokensTrustsOnlyChainKeys) {
 // Random prompts over a tiny alphabet (many shared prefixes and siblings),
 // a small pool (constant eviction and page reuse): every key the walk
 // vouches for is the chain key.
-TEST_F(RadixTreeTest, PrefixKeysByTokensIsAlwaysAChainPrefix) {
+TEST_F(RadixTreeTest, TokenWalkIsAlwaysAChainPrefix) {
   uint64_t state = 12345;
   auto next = [&state](uint32_t n) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
@@ -665,11 +665,12 @@ TEST_F(RadixTreeTest, PrefixKeysByTokensIsAlwaysAChainPrefix) {
   EXPECT_GT(walked, 100u);  // the walk did vouch for blocks
 }
 
-// MatchTokens answers exactly what Match does with the hashed chain keys,
-// over a tree that mixes chain-keyed blocks (walked), blocks committed with
-// tokens but without chain keys and key-mode blocks (both found by hashing),
+// A token-mode Match answers exactly what Match does with the hashed chain
+// keys, over a tree that mixes chain-keyed blocks (walked), blocks committed
+// with tokens but without chain keys and key-mode blocks (both found by
+// hashing),
 // branches and evictions; it hashes only where the walk stops.
-TEST_F(RadixTreeTest, MatchTokensEqualsMatchOfTheChainKeys) {
+TEST_F(RadixTreeTest, TokenMatchEqualsMatchOfTheChainKeys) {
   uint64_t state = 777;
   auto next = [&state](uint32_t n) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
@@ -721,7 +722,7 @@ TEST_F(RadixTreeTest, MatchTokensEqualsMatchOfTheChainKeys) {
   EXPECT_GT(hashed, 0u);
 }
 
-TEST_F(RadixTreeTest, MatchTokensVerifiesHashedHits) {
+TEST_F(RadixTreeTest, TokenMatchVerifiesHashedHits) {
   // A block stored under a's key with b's tokens (not chain-keyed): the
   // key hit is rejected as a collision, as Match rejects it.
   const Tokens a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
@@ -976,13 +977,13 @@ TEST(RadixTreeLimitsTest, LargeTokenArenaIsCommittedOnUse) {
   EXPECT_TRUE(tree.CheckInvariants().ok());
 }
 
-// The token walks (MatchTokens, PrefixKeysByTokens) compare blocks with code
-// of their own: 64-byte blocks (page_size 16) inline, and 64- and 128-byte
-// blocks (16, 32) in 32-byte vector lanes where the CPU has AVX2
-// (RadixTreeOptions::vector_walk); other sizes with memcmp. With either
-// walk, at each of these page sizes, changing any one bit of any token of
-// block b stops both walks at block b, and an unchanged prompt walks to its
-// end.
+// The token walks (token-mode Match, the walk of a token-mode Acquire)
+// compare blocks with code of their own: 64-byte blocks (page_size 16)
+// inline, and 64- and 128-byte blocks (16, 32) in 32-byte vector lanes where
+// the CPU has AVX2 (RadixTreeOptions::vector_walk); other sizes with
+// memcmp. With either walk, at each of these page sizes, changing any one
+// bit of any token of block b stops both walks at block b, and an unchanged
+// prompt walks to its end.
 class RadixTreeTokenWalkTest : public testing::TestWithParam<bool> {};
 
 INSTANTIATE_TEST_SUITE_P(Walks, RadixTreeTokenWalkTest, testing::Bool(),
@@ -1047,8 +1048,8 @@ TEST_P(RadixTreeTokenWalkTest, EveryTokenOfEveryBlockIsCompared) {
 
 // At the page sizes with walks of their own (16 and 32), under churn in a
 // small pool (eviction, page reuse, branches, tokens that differ only in the
-// last token of a block): MatchTokens answers what Match of the hashed chain
-// keys answers, and PrefixKeysByTokens vouches only for chain keys.
+// last token of a block): a token-mode Match answers what Match of the
+// hashed chain keys answers, and the walk vouches only for chain keys.
 TEST_P(RadixTreeTokenWalkTest, AgreesWithTheChainKeysUnderChurn) {
   for (const uint32_t ps : {16u, 32u}) {
     SCOPED_TRACE(testing::Message() << "page_size " << ps);
