@@ -193,6 +193,14 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
     }
     return LeaseError("release_leases", r.status());
   }
+  if (r->lease != 0 && !sessions_.Exists(req.session_id())) {
+    // The session closed while this Acquire ran, possibly after its
+    // ReleaseOwner: end the new lease here so that it cannot outlive it.
+    t->Release(r->lease, session.owner).IgnoreError();
+    return FieldError(absl::StatusCode::kNotFound, "session_id",
+                      v1::ERROR_REASON_SESSION_NOT_FOUND,
+                      "the session ended during this Acquire");
+  }
   FillAcquireResponse(req, *r, session.binding.page_size, expires, resp);
   if (handle != nullptr) *handle = {r->lease, session.owner};
   return absl::OkStatus();

@@ -87,7 +87,7 @@ class LibraryTarget final : public ReplayTarget {
                         options_.key_mode ? " (key mode)" : " (tokens)");
   }
 
-  std::string FinalStatsJson() override { return DaemonStatsJson(options_.endpoint); }
+  BenchJson FinalStats() override { return DaemonStats(options_.endpoint); }
 
  private:
   const DaemonOptions options_;

@@ -185,7 +185,7 @@ class DaemonTarget final : public ReplayTarget {
                         options_.key_mode ? " (key mode)" : " (tokens)");
   }
 
-  std::string FinalStatsJson() override { return DaemonStatsJson(options_.endpoint); }
+  BenchJson FinalStats() override { return DaemonStats(options_.endpoint); }
 
  private:
   const DaemonOptions options_;
@@ -193,7 +193,7 @@ class DaemonTarget final : public ReplayTarget {
 
 }  // namespace
 
-std::string DaemonStatsJson(const std::string& endpoint) {
+BenchJson DaemonStats(const std::string& endpoint) {
   auto stub = pb::Admin::NewStub(NewChannel(endpoint));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -213,9 +213,7 @@ std::string DaemonStatsJson(const std::string& endpoint) {
          {"daemon_leases", st.leases()},
          {"daemon_invariants_ok", st.invariants_ok()}};
   }
-  // The object's members: its text without the enclosing braces.
-  const std::string object = JsonLine(j);
-  return object.substr(1, object.size() - 2);
+  return j;
 }
 
 absl::StatusOr<std::unique_ptr<ReplayTarget>> NewDaemonTarget(

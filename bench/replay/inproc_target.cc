@@ -8,7 +8,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "bench/bench_layout.h"
 #include "bench/replay/targets.h"
 #include "radix/radix_tree.h"
@@ -66,20 +65,20 @@ class InProcTarget final : public ReplayTarget {
     return absl::StrCat("inproc capacity=", options_.capacity_pages);
   }
 
-  std::string FinalStatsJson() override {
-    TreeStats s = tree_->GetStats();
+  BenchJson FinalStats() override {
+    const TreeStats s = tree_->GetStats();
     std::string invariants = "not checked";
     if (options_.check_invariants) {
       absl::Status st = tree_->CheckInvariants();
       invariants = st.ok() ? "ok" : std::string(st.message());
     }
-    return absl::StrFormat(
-        "\"tree_cached_pages\": %d, \"tree_evicted_pages\": %d, "
-        "\"tree_hit_blocks\": %d, \"tree_lookup_blocks\": %d, "
-        "\"tree_index_bytes\": %d, \"tree_collisions\": %d, "
-        "\"invariants\": \"%s\"",
-        s.cached_pages, s.evicted_pages, s.hit_blocks, s.lookup_blocks,
-        tree_->IndexMemoryBytes(), s.hash_collisions, invariants);
+    return BenchJson{{"tree_cached_pages", s.cached_pages},
+                     {"tree_evicted_pages", s.evicted_pages},
+                     {"tree_hit_blocks", s.hit_blocks},
+                     {"tree_lookup_blocks", s.lookup_blocks},
+                     {"tree_index_bytes", tree_->IndexMemoryBytes()},
+                     {"tree_collisions", s.hash_collisions},
+                     {"invariants", invariants}};
   }
 
  private:

@@ -37,9 +37,8 @@ struct ClientTotals {
   absl::Status status;
 };
 
-// The report as one JSON object; the target's FinalStatsJson members follow
-// the replay's own. Members that do not parse are kept as one string,
-// "target_stats".
+// The report as one JSON object; the target's FinalStats members follow
+// the replay's own.
 BenchJson ReportJson(const ReplayReport& r) {
   BenchJson j = {
       {"target", r.target},
@@ -57,16 +56,7 @@ BenchJson ReportJson(const ReplayReport& r) {
       {"request_p50_us", Rounded(r.request_p50_us, 1)},
       {"request_p99_us", Rounded(r.request_p99_us, 1)},
   };
-  if (!r.extra_json.empty()) {
-    const BenchJson extra =
-        BenchJson::parse(absl::StrCat("{", r.extra_json, "}"), /*cb=*/nullptr,
-                         /*allow_exceptions=*/false);
-    if (extra.is_object()) {
-      j.update(extra);
-    } else {
-      j["target_stats"] = r.extra_json;
-    }
-  }
+  j.update(r.extra);
   return j;
 }
 
@@ -152,7 +142,7 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, ReplayTarget& target,
   r.acquire_max_us = acq.empty() ? 0 : acq.back() / 1e3;
   r.request_p50_us = PercentileUs(req, 0.50);
   r.request_p99_us = PercentileUs(req, 0.99);
-  r.extra_json = target.FinalStatsJson();
+  r.extra = target.FinalStats();
   return r;
 }
 
@@ -175,7 +165,7 @@ void PrintReport(const ReplayReport& r, bool json, std::ostream& out) {
       r.hit_ratio, 100 * r.hit_ratio, r.seconds, r.requests_per_second,
       r.acquire_p50_us, r.acquire_p99_us, r.acquire_max_us, r.request_p50_us,
       r.request_p99_us);
-  if (!r.extra_json.empty()) out << "stats         {" << r.extra_json << "}\n";
+  if (!r.extra.empty()) out << "stats         " << JsonLine(r.extra) << "\n";
 }
 
 }  // namespace radixkv::bench

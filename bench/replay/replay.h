@@ -24,6 +24,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "bench/bench_json.h"
 #include "bench/replay/trace.h"
 
 namespace radixkv::bench {
@@ -53,9 +54,9 @@ class ReplayTarget {
   virtual absl::StatusOr<std::unique_ptr<ReplayClient>> NewClient(int index) = 0;
   // Short description for the report ("inproc capacity=3000").
   virtual std::string Describe() const = 0;
-  // Extra facts after the run (tree stats, daemon stats) as "key": value JSON
-  // members without braces, or an empty string.
-  virtual std::string FinalStatsJson() { return ""; }
+  // Extra facts after the run (tree stats, daemon stats) as a JSON object
+  // whose members join the report's; an empty object for none.
+  virtual BenchJson FinalStats() { return BenchJson::object(); }
 };
 
 struct ReplayReport {
@@ -73,7 +74,7 @@ struct ReplayReport {
   double acquire_max_us = 0;
   double request_p50_us = 0;
   double request_p99_us = 0;
-  std::string extra_json;
+  BenchJson extra = BenchJson::object();  // ReplayTarget::FinalStats
 };
 
 // Replays every request of `trace` with `clients` concurrent clients.

@@ -60,8 +60,8 @@ absl::StatusOr<std::unique_ptr<ReplayTarget>> NewClientLibraryTarget(
     const DaemonOptions& options);
 
 // The daemon's Admin.GetStats as JSON members (see ReplayTarget::
-// FinalStatsJson), or a "daemon_stats_error" member.
-std::string DaemonStatsJson(const std::string& endpoint);
+// FinalStats), or a "daemon_stats_error" member.
+BenchJson DaemonStats(const std::string& endpoint);
 
 }  // namespace radixkv::bench
 
