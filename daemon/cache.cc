@@ -66,6 +66,7 @@ Cache::Cache(const CacheOptions& options)
       started_(absl::Now()),
       events_(options.event_buffer),
       registry_({.pool = options.pool,
+                 .max_pool_pages = options.max_pool_pages,
                  .max_page_size = options.max_page_size,
                  .remembered_evictions = options.remembered_evictions,
                  .events = &events_,

@@ -65,6 +65,8 @@ struct SessionOptions {
 struct CacheOptions {
   // The pool to create when the first namespace binds.
   gpu::PoolSpec pool;
+  // Most pages the pool may be divided into (--max_pool_pages).
+  uint64_t max_pool_pages = uint64_t{1} << 22;
   // Request limits (each is a radixkvd flag of the same name).
   uint32_t max_prompt_tokens = 131072;
   uint32_t max_string_bytes = 256;

@@ -45,6 +45,10 @@ ABSL_FLAG(uint32_t, max_prompt_tokens, 131072,
 ABSL_FLAG(uint32_t, max_string_bytes, 256,
           "largest namespace string / client name");
 ABSL_FLAG(uint32_t, max_page_size, 1024, "largest namespace page_size (tokens)");
+ABSL_FLAG(uint64_t, max_pool_pages, uint64_t{1} << 22,
+          "most pages the pool may be divided into; a first namespace whose "
+          "page_bytes would divide --pool into more is refused (the index "
+          "costs about 60 bytes per page)");
 ABSL_FLAG(uint32_t, max_sessions, 1024, "open sessions at most");
 ABSL_FLAG(uint32_t, max_leases_per_session, 4096, "live leases per session at most");
 ABSL_FLAG(int32_t, max_receive_message_bytes, 16 << 20,
@@ -130,6 +134,7 @@ absl::StatusOr<radixkv::daemon::ServerOptions> OptionsFromFlags() {
   o.cache.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   o.cache.max_string_bytes = absl::GetFlag(FLAGS_max_string_bytes);
   o.cache.max_page_size = absl::GetFlag(FLAGS_max_page_size);
+  o.cache.max_pool_pages = absl::GetFlag(FLAGS_max_pool_pages);
   o.cache.allow_key_mode = absl::GetFlag(FLAGS_allow_key_mode);
   o.cache.event_buffer = absl::GetFlag(FLAGS_event_buffer);
   o.cache.sessions.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);

@@ -1,5 +1,6 @@
 #include "daemon/namespace_registry.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -50,9 +51,39 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::Bind(
   return Record(*id, spec, root);
 }
 
+absl::Status NamespaceRegistry::CheckFirstLayout(uint64_t page_bytes) const {
+  const gpu::PoolSpec& pool = options_.pool;
+  if (pool.page_bytes != 0 && page_bytes != pool.page_bytes) {
+    return FieldError(
+        absl::StatusCode::kFailedPrecondition, "namespace",
+        v1::ERROR_REASON_INVALID,
+        absl::StrCat("page_bytes ", page_bytes,
+                     " (num_layers x 2 x num_kv_heads x page_size x head_dim "
+                     "x dtype bytes) differs from the pool's page_bytes ",
+                     pool.page_bytes, " (--pool ... page_bytes=)"));
+  }
+  const uint64_t pages = pool.backend == gpu::Backend::kNone
+                             ? pool.pages
+                             : pool.bytes / std::max<uint64_t>(page_bytes, 1);
+  if (pages > options_.max_pool_pages) {
+    return FieldError(
+        absl::StatusCode::kFailedPrecondition, "namespace",
+        v1::ERROR_REASON_LIMIT,
+        absl::StrCat("page_bytes ", page_bytes, " would divide --pool=",
+                     gpu::FormatPoolSpec(pool), " into ", pages,
+                     " pages, more than --max_pool_pages=",
+                     options_.max_pool_pages,
+                     "; the first namespace fixes the pool's page size, so "
+                     "open with the real model's layout, or set the pool's "
+                     "page_bytes"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
     const NamespaceSpec& spec, const BlockKey& root) {
   const uint64_t page_bytes = spec.PageBytes();
+  RETURN_IF_ERROR(CheckFirstLayout(page_bytes));
   if (options_.pool.backend != gpu::Backend::kNone && page_bytes == 0) {
     return FieldError(
         absl::StatusCode::kInvalidArgument, "namespace",

@@ -1,11 +1,13 @@
 // File: daemon/namespace_registry.h
 //
 // NamespaceRegistry: the namespaces radixkvd serves, and the page pool and
-// radix tree they share. Both are created when the first namespace binds,
-// because a pool's page size in bytes is fixed by that namespace's layout:
-// a host or cuda pool gets capacity bytes / page_bytes pages, a none pool
-// spec.pages. A later namespace with other page_bytes is refused with
-// FAILED_PRECONDITION naming both sizes.
+// radix tree they share. Both are created when the first namespace binds. A
+// pool's page size in bytes is the operator's when --pool names page_bytes,
+// else the first namespace's layout fixes it; a host or cuda pool gets
+// bytes / page_bytes pages, a none pool spec.pages, and never more than
+// max_pool_pages (so a tiny layout cannot turn a pool into millions of
+// pages of index). A namespace with other page_bytes is refused with
+// FAILED_PRECONDITION naming both sizes; nothing is allocated for it.
 //
 // Thread safety: thread-safe. tree() and pool() are published once (release
 // ordering) and never change afterwards, so they are read without a lock.
@@ -39,6 +41,8 @@ struct NamespaceEntry {
 struct RegistryOptions {
   // The pool to create when the first namespace binds.
   gpu::PoolSpec pool;
+  // Most pages a pool may be divided into (--max_pool_pages).
+  uint64_t max_pool_pages = uint64_t{1} << 22;
   // RadixTreeOptions for the tree.
   uint32_t max_page_size = 1024;
   uint32_t remembered_evictions = 4096;
@@ -79,6 +83,10 @@ class NamespaceRegistry {
   absl::StatusOr<NamespaceEntry> BindFirst(const NamespaceSpec& spec,
                                            const BlockKey& root)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the first namespace's page_bytes may fix the pool: equal to
+  // --pool's page_bytes when set, and dividing the pool into at most
+  // max_pool_pages pages.
+  absl::Status CheckFirstLayout(uint64_t page_bytes) const;
   // Records a namespace the tree registered. REQUIRES: mu_ held.
   NamespaceEntry Record(NamespaceId id, const NamespaceSpec& spec,
                         const BlockKey& root) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -123,6 +123,18 @@ absl::StatusOr<gpu::PoolSpec> CheckOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("--pool ", options.pool, ": ", pool.status().message()));
   }
+  if (options.cache.max_pool_pages == 0 ||
+      options.cache.max_pool_pages >= kNoPage) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_pool_pages=", options.cache.max_pool_pages,
+                     ": must be in 1..", kNoPage - 1));
+  }
+  if (pool->backend == gpu::Backend::kNone &&
+      pool->pages > options.cache.max_pool_pages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pool ", options.pool, ": pages=", pool->pages,
+        " exceeds --max_pool_pages=", options.cache.max_pool_pages));
+  }
   return pool;
 }
 

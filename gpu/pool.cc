@@ -116,7 +116,7 @@ absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec) {
         "--pool: unknown backend '", backend, "' (want host, cuda or none)"));
   }
   bool have_bytes = false, have_pages = false, have_device = false,
-       have_chunk = false;
+       have_chunk = false, have_page_bytes = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     absl::string_view part = absl::StripAsciiWhitespace(parts[i]);
     size_t eq = part.find('=');
@@ -124,7 +124,7 @@ absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec) {
       return absl::InvalidArgumentError(
           absl::StrCat("--pool: '", part,
                        "' is not key=value (keys: bytes, pages, device, "
-                       "chunk_bytes)"));
+                       "chunk_bytes, page_bytes)"));
     }
     absl::string_view key = part.substr(0, eq);
     absl::string_view value = part.substr(eq + 1);
@@ -133,7 +133,17 @@ absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec) {
       *seen = true;
       return dup;
     };
-    if (key == "bytes" || key == "chunk_bytes") {
+    if (key == "page_bytes") {
+      if (duplicate(&have_page_bytes)) {
+        return absl::InvalidArgumentError("--pool: page_bytes given twice");
+      }
+      if (!ParseSize(value, &out.page_bytes) || out.page_bytes == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--pool: page_bytes='", value,
+            "' is not a size above 0 (an integer with an optional unit: ",
+            kSizeUnits, ")"));
+      }
+    } else if (key == "bytes" || key == "chunk_bytes") {
       bool is_bytes = key == "bytes";
       if (duplicate(is_bytes ? &have_bytes : &have_chunk)) {
         return absl::InvalidArgumentError(
@@ -189,20 +199,29 @@ absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec) {
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "--pool: unknown key '", key, "' for ", BackendName(out.backend),
-          " (keys: bytes, pages, device, chunk_bytes)"));
+          " (keys: bytes, pages, device, chunk_bytes, page_bytes)"));
     }
   }
   if (out.backend == Backend::kNone && !have_pages) {
     return absl::InvalidArgumentError(
         "--pool: none needs pages=N (the index capacity in pages)");
   }
+  if (out.backend != Backend::kNone && out.page_bytes > out.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pool: page_bytes=", out.page_bytes, " exceeds bytes=", out.bytes));
+  }
   return out;
 }
 
 std::string FormatPoolSpec(const PoolSpec& spec) {
   switch (spec.backend) {
-    case Backend::kNone:
-      return absl::StrCat("none,pages=", spec.pages);
+    case Backend::kNone: {
+      std::string s = absl::StrCat("none,pages=", spec.pages);
+      if (spec.page_bytes != 0) {
+        absl::StrAppend(&s, ",page_bytes=", FormatSize(spec.page_bytes));
+      }
+      return s;
+    }
     case Backend::kHost:
     case Backend::kCuda: {
       std::string s = BackendName(spec.backend);
@@ -212,6 +231,9 @@ std::string FormatPoolSpec(const PoolSpec& spec) {
       absl::StrAppend(&s, ",bytes=", FormatSize(spec.bytes));
       if (spec.chunk_bytes != 0) {
         absl::StrAppend(&s, ",chunk_bytes=", FormatSize(spec.chunk_bytes));
+      }
+      if (spec.page_bytes != 0) {
+        absl::StrAppend(&s, ",page_bytes=", FormatSize(spec.page_bytes));
       }
       return s;
     }

@@ -41,11 +41,15 @@ struct PoolSpec {
   // Bytes per chunk (rounded down to a page multiple and, for cuda, to the
   // allocation granularity); 0 = backend default (host: 256 MiB, cuda: 1 GiB).
   uint64_t chunk_bytes = 0;
+  // The page size in bytes the operator fixes for every namespace (any
+  // backend); 0 = fixed by the first namespace that binds.
+  uint64_t page_bytes = 0;
 };
 
 // Parses "host,bytes=1GiB", "cuda,device=0,bytes=60GiB", "none,pages=100000"
-// (sizes take B, KiB, MiB, GiB, TiB, KB, MB, GB or no unit; an optional
-// chunk_bytes=SIZE). INVALID_ARGUMENT names the offending key and value.
+// (sizes take B, KiB, MiB, GiB, TiB, KB, MB, GB or no unit; optional
+// chunk_bytes=SIZE and page_bytes=SIZE). INVALID_ARGUMENT names the
+// offending key and value.
 absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec);
 std::string FormatPoolSpec(const PoolSpec& spec);
 

@@ -6,12 +6,15 @@
 //   radixkv-worker bench [--model small] [--prefix-tokens P]
 //                        [--suffix-tokens S] [--repeat R] [--json]
 //   both: [--device auto|cpu|cuda]
+//   radixkv-worker export-weights [--model tiny] --out FILE [model overrides]
 //
 // `run` serves each prompt through radixkvd (skipping its cached prefix) and
 // prints tokens, matched tokens, time to first token, decode rate and the
 // generated tokens; without a daemon it prefills everything and prints the
 // same tokens. `bench` measures time to first token uncached vs with the
 // first P tokens cached (in-process cache) and prints one JSON object.
+// `export-weights` writes the model's configuration, namespace and weights
+// as one safetensors file (weights_export.h).
 //
 // The command line is parsed by CLI11 (`radixkv-worker --help-all` lists
 // every flag); JSON output is built with nlohmann_json.
@@ -38,6 +41,7 @@
 #include "client/worker/engine.h"
 #include "client/worker/model.h"
 #include "client/worker/prefix_cache.h"
+#include "client/worker/weights_export.h"
 #include "gpu/kv_parallel.h"
 #include "nlohmann/json.hpp"
 #include "radix/status_macros.h"
@@ -270,6 +274,33 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchFlags* f) {
   AddUint(cmd, "--repeat", &f->repeat, "best of R timed runs each (>= 1)");
   cmd->add_flag("--json", f->json, "accepted; the output is JSON either way");
   AddModelFlags(cmd, "small", &f->model);
+  return cmd;
+}
+
+struct ExportFlags {
+  ModelFlags model;
+  std::string out;
+};
+
+constexpr char kExportFooter[] =
+    "Writes the model's configuration, its namespace and every weight its\n"
+    "forward pass uses as one safetensors file (format: client/worker/\n"
+    "README.md), so that another implementation runs the identical model\n"
+    "and shares its cached blocks. The same model flags as for run give the\n"
+    "same namespace.\n\n"
+    "Example:\n"
+    "  radixkv-worker export-weights --model small --out small.safetensors";
+
+CLI::App* AddExportCommand(CLI::App& app, ExportFlags* f) {
+  CLI::App* cmd =
+      app.add_subcommand("export-weights",
+                         "Write the model's config and weights (safetensors)")
+          ->footer(kExportFooter);
+  cmd->add_option("--out", f->out, "output file (replaced if it exists)")
+      ->type_name("FILE")
+      ->required();
+  AddModelFlags(cmd, "tiny", &f->model);
+  cmd->remove_option(cmd->get_option("--device"));  // no forward pass to place
   return cmd;
 }
 
@@ -514,6 +545,16 @@ int BenchCommand(const BenchFlags& f) {
   return 0;
 }
 
+int ExportCommand(const ExportFlags& f) {
+  absl::StatusOr<ModelConfig> config = ModelFromFlags(f.model);
+  if (!config.ok()) return Fail(config.status());
+  if (absl::Status s = ExportWeights(*config, f.out); !s.ok()) return Fail(s);
+  std::fprintf(stderr, "radixkv-worker: wrote %s (model %s, %llu parameters)\n",
+               f.out.c_str(), config->name.c_str(),
+               static_cast<unsigned long long>(config->ParameterCount()));
+  return 0;
+}
+
 // Prints the help of `radixkv-worker help [command]`.
 int Help(CLI::App& app, const std::string& topic) {
   if (topic.empty()) {  // app.help() would describe `help` itself
@@ -528,7 +569,7 @@ int Help(CLI::App& app, const std::string& topic) {
     }
   }
   std::cerr << "Error: unknown command '" << topic
-            << "' (commands: run, bench)\n";
+            << "' (commands: run, bench, export-weights)\n";
   return kExitUsage;
 }
 
@@ -541,14 +582,18 @@ int Main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   RunFlags run;
   BenchFlags bench;
+  ExportFlags export_flags;
   CLI::App* run_cmd = AddRunCommand(app, &run);
   CLI::App* bench_cmd = AddBenchCommand(app, &bench);
+  CLI::App* export_cmd = AddExportCommand(app, &export_flags);
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "help for a command");
   help_cmd->group("");  // not listed
   help_cmd->add_option("command", help_topic);
   app.allow_extras();  // an unknown command is reported below, by name
-  for (CLI::App* cmd : {run_cmd, bench_cmd, help_cmd}) cmd->allow_extras(false);
+  for (CLI::App* cmd : {run_cmd, bench_cmd, export_cmd, help_cmd}) {
+    cmd->allow_extras(false);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --help-all
@@ -560,13 +605,14 @@ int Main(int argc, char** argv) {
   }
   if (const std::vector<std::string> rest = app.remaining(); !rest.empty()) {
     std::cerr << "Error: unknown command or flag '" << rest.front()
-              << "' (commands: run, bench)\n";
+              << "' (commands: run, bench, export-weights)\n";
     return kExitUsage;
   }
   if (run_cmd->parsed()) return RunCommand(run);
   if (bench_cmd->parsed()) return BenchCommand(bench);
+  if (export_cmd->parsed()) return ExportCommand(export_flags);
   if (help_cmd->parsed()) return Help(app, help_topic);
-  std::cerr << app.help() << "Error: no command given (run or bench)\n";
+  std::cerr << app.help() << "Error: no command given (run, bench or export-weights)\n";
   return kExitUsage;
 }
 

@@ -390,6 +390,49 @@ TEST_F(CacheTest, ExpiredLeasesEndAndCarriedOnesAreNamed) {
   EXPECT_EQ(st.lease_expired(), 2u);
 }
 
+// A first client with a tiny layout cannot fix the pool's page size to one
+// that divides it into millions of pages (gigabytes of index): it is refused
+// before anything is allocated, and a real worker opens afterwards.
+TEST_F(CacheTest, TinyFirstLayoutIsRefusedNotAllocated) {
+  Start([](CacheOptions& o) {
+    o.pool = gpu::ParsePoolSpec("host,bytes=64MiB").value();
+    o.max_pool_pages = 1 << 20;
+  });
+  v1::Namespace tiny = TestNamespace(/*page_size=*/1);
+  tiny.set_head_dim(1);
+  tiny.set_dtype(v1::DTYPE_INT8);  // 2-byte pages: 33,554,432 of them
+  v1::OpenSession open;
+  *open.mutable_namespace_() = tiny;
+  v1::SessionInfo info;
+  absl::Status s = cache_->OpenSession(open, "test", &info);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("--max_pool_pages=1048576"), std::string::npos)
+      << s;
+  EXPECT_EQ(ErrorFieldOf(s), "namespace");
+  EXPECT_EQ(Stats().capacity_pages(), 0u);  // no pool was made
+  Open();                                   // 128-byte pages: 524,288
+  EXPECT_EQ(Stats().capacity_pages(), 524288u);
+}
+
+// With --pool ... page_bytes=, the operator fixes the layout: a first
+// namespace with other page_bytes is refused, the matching one binds.
+TEST_F(CacheTest, OperatorPageBytesDecidesTheLayout) {
+  Start([](CacheOptions& o) {
+    o.pool = gpu::ParsePoolSpec("host,bytes=1MiB,page_bytes=256").value();
+  });
+  v1::OpenSession open;
+  *open.mutable_namespace_() = TestNamespace();  // 128-byte pages
+  v1::SessionInfo info;
+  absl::Status s = cache_->OpenSession(open, "test", &info);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("page_bytes 256"), std::string::npos) << s;
+  EXPECT_EQ(Stats().capacity_pages(), 0u);
+  v1::Namespace wide = TestNamespace();
+  wide.set_head_dim(16);  // 256-byte pages
+  Open(wide);
+  EXPECT_EQ(Stats().capacity_pages(), 4096u);
+}
+
 TEST_F(CacheTest, AbandonedLeaseIsEndedAndCounted) {
   Start();
   const std::string a = Open();

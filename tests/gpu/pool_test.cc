@@ -46,6 +46,25 @@ TEST(ParsePoolSpecTest, AcceptsTheDocumentedForms) {
   EXPECT_EQ(none.pages, 100000u);
 }
 
+// The operator may fix the page size for every namespace (any backend); it
+// round-trips through FormatPoolSpec and cannot exceed the pool.
+TEST(ParsePoolSpecTest, PageBytesIsTheOperatorsChoice) {
+  PoolSpec host = Parse("host,bytes=1GiB,page_bytes=768KiB");
+  EXPECT_EQ(host.page_bytes, uint64_t{768} << 10);
+  EXPECT_EQ(FormatPoolSpec(host), "host,bytes=1GiB,page_bytes=768KiB");
+  EXPECT_EQ(Parse("none,pages=8,page_bytes=128").page_bytes, 128u);
+  EXPECT_EQ(Parse("host,bytes=1GiB").page_bytes, 0u);  // the first namespace's
+  for (const char* bad : {"host,bytes=1MiB,page_bytes=2MiB",
+                          "host,bytes=1GiB,page_bytes=0",
+                          "host,bytes=1GiB,page_bytes=x",
+                          "host,bytes=1GiB,page_bytes=1,page_bytes=2"}) {
+    absl::StatusOr<PoolSpec> spec = ParsePoolSpec(bad);
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(spec.status().message().find("page_bytes"), std::string::npos)
+        << spec.status();
+  }
+}
+
 TEST(ParsePoolSpecTest, SizeUnits) {
   EXPECT_EQ(Parse("host,bytes=4096").bytes, 4096u);
   EXPECT_EQ(Parse("host,bytes=7B").bytes, 7u);
