@@ -351,6 +351,26 @@ absl::StatusOr<std::vector<float>> Model::Forward(
   return logits;
 }
 
+void Model::ForEachWeight(const WeightVisitor& visit) const {
+  const ModelConfig& c = config_;
+  const uint64_t d = c.d_model, qd = uint64_t{c.num_q_heads} * c.head_dim,
+                 kvd = uint64_t{c.num_kv_heads} * c.head_dim, f = c.ffn_dim;
+  visit("embedding", {c.vocab, d}, embedding_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& w = layers_[l];
+    const std::string p = absl::StrCat("layers.", l, ".");
+    visit(p + "attn_norm", {d}, w.attn_norm);
+    visit(p + "wqkv", {d, qd + 2 * kvd}, w.wqkv);
+    visit(p + "wo", {qd, d}, w.wo);
+    visit(p + "mlp_norm", {d}, w.mlp_norm);
+    visit(p + "wgateup", {d, 2 * f}, w.wgateup);
+    visit(p + "wdown", {f, d}, w.wdown);
+  }
+  visit("final_norm", {d}, final_norm_);
+  visit("head", {d, c.vocab}, head_);
+  visit("rope_inv_freq", {inv_freq_.size()}, inv_freq_);
+}
+
 uint32_t Argmax(absl::Span<const float> logits) {
   uint32_t best = 0;
   for (uint32_t i = 1; i < logits.size(); ++i) {

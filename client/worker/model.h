@@ -40,6 +40,7 @@
 #define RADIXKV_CLIENT_WORKER_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -192,6 +193,20 @@ class Model {
   absl::StatusOr<std::vector<float>> Forward(const PrefixView& prefix,
                                              LocalKv* local,
                                              absl::Span<const uint32_t> tokens) const;
+
+  // Calls visit(name, shape, values) once for every host weight tensor the
+  // forward pass uses, row-major, in this order: "embedding" [vocab,
+  // d_model]; per layer l, "layers.<l>." + "attn_norm" [d_model], "wqkv"
+  // [d_model, (q_heads + 2 kv_heads) head_dim], "wo" [q_heads head_dim,
+  // d_model], "mlp_norm" [d_model], "wgateup" [d_model, 2 ffn_dim], "wdown"
+  // [ffn_dim, d_model]; "final_norm" [d_model]; "head" [d_model, vocab]
+  // (the scaled transposed embedding when tied); "rope_inv_freq"
+  // [head_dim / 2]. The spans are valid while the Model lives.
+  using WeightVisitor =
+      std::function<void(const std::string& name,
+                         const std::vector<uint64_t>& shape,
+                         absl::Span<const float> values)>;
+  void ForEachWeight(const WeightVisitor& visit) const;
 
  private:
   explicit Model(const ModelConfig& config);

@@ -19,43 +19,15 @@
 namespace radixkv::worker {
 namespace {
 
-// The weight generator of Model::Create (model.cc): element i of tensor
-// number `tensor` is a SplitMix64 finaliser of (seed, tensor, i) mapped to
-// uniform [-1, 1) and scaled. Tensors are numbered from 1 in creation
-// order. The probe tensors of the file check that both stay identical.
-inline uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-std::vector<float> Uniform(uint64_t seed, uint64_t tensor, size_t n,
-                           float scale) {
-  std::vector<float> out(n);
-  const uint64_t base = Mix(seed ^ Mix(tensor));
-  for (size_t i = 0; i < n; ++i) {
-    const uint64_t r = Mix(base + i);
-    const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
-    out[i] = (2.0f * u - 1.0f) * scale;
-  }
-  return out;
-}
-
-std::vector<float> NormGain(uint64_t seed, uint64_t tensor, size_t n) {
-  std::vector<float> g = Uniform(seed, tensor, n, 0.1f);
-  for (float& x : g) x += 1.0f;
-  return g;
-}
-
-// One tensor of the file: its bytes are produced when it is written, so
-// only one weight matrix is in memory at a time.
+// One tensor of the file: a view of the model's weights (F32) or values of
+// its own.
 struct Tensor {
   std::string name;
   const char* dtype;  // safetensors dtype: "F32" or "U32"
   std::vector<uint64_t> shape;
-  std::function<std::vector<float>()> make_f32;  // dtype F32
-  std::vector<uint32_t> u32;                     // dtype U32
+  absl::Span<const float> f32;  // dtype F32: the model's, or `own_f32`
+  std::vector<float> own_f32;
+  std::vector<uint32_t> u32;    // dtype U32
 
   uint64_t bytes() const {
     uint64_t n = 4;
@@ -64,73 +36,34 @@ struct Tensor {
   }
 };
 
-// The tensors in Model::Create's generation order.
-std::vector<Tensor> WeightTensors(const ModelConfig& c) {
-  const uint64_t d = c.d_model, qd = uint64_t{c.num_q_heads} * c.head_dim,
-                 kvd = uint64_t{c.num_kv_heads} * c.head_dim, f = c.ffn_dim,
-                 vocab = c.vocab, seed = c.seed;
-  const float in_d = 1.0f / std::sqrt(float(d));
+// The model's weights, in Model::ForEachWeight's order.
+std::vector<Tensor> WeightTensors(const Model& model) {
   std::vector<Tensor> t;
-  auto uniform = [&](std::string name, std::vector<uint64_t> shape,
-                     uint64_t id, float scale) {
-    const size_t n = shape[0] * (shape.size() > 1 ? shape[1] : 1);
-    t.push_back({std::move(name), "F32", std::move(shape),
-                 [=] { return Uniform(seed, id, n, scale); }, {}});
-  };
-  auto gain = [&](std::string name, uint64_t id) {
-    t.push_back({std::move(name), "F32", {d},
-                 [=] { return NormGain(seed, id, d); }, {}});
-  };
-  uint64_t id = 0;
-  uniform("embedding", {vocab, d}, ++id, 1.0f);
-  for (uint32_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = absl::StrCat("layers.", l, ".");
-    gain(p + "attn_norm", ++id);
-    uniform(p + "wqkv", {d, qd + 2 * kvd}, ++id, in_d);
-    uniform(p + "wo", {qd, d}, ++id, 1.0f / std::sqrt(float(qd)));
-    gain(p + "mlp_norm", ++id);
-    uniform(p + "wgateup", {d, 2 * f}, ++id, in_d);
-    uniform(p + "wdown", {f, d}, ++id, 1.0f / std::sqrt(float(f)));
-  }
-  gain("final_norm", ++id);
-  if (c.tied_embeddings) {
-    t.push_back({"head", "F32", {d, vocab}, [=] {
-                   const std::vector<float> e = Uniform(seed, 1, vocab * d, 1.0f);
-                   std::vector<float> h(d * vocab);
-                   for (uint64_t v = 0; v < vocab; ++v)
-                     for (uint64_t i = 0; i < d; ++i)
-                       h[i * vocab + v] = e[v * d + i] * in_d;
-                   return h;
-                 }, {}});
-  } else {
-    uniform("head", {d, vocab}, ++id, in_d);
-  }
-  const uint32_t half = c.head_dim / 2;
-  const double theta = c.rope_theta, hd = c.head_dim;
-  t.push_back({"rope_inv_freq", "F32", {half}, [=] {
-                 std::vector<float> inv(half);
-                 for (uint32_t i = 0; i < half; ++i)
-                   inv[i] = static_cast<float>(std::pow(theta, -2.0 * i / hd));
-                 return inv;
-               }, {}});
+  model.ForEachWeight([&t](const std::string& name,
+                           const std::vector<uint64_t>& shape,
+                           absl::Span<const float> values) {
+    t.push_back({name, "F32", shape, values, {}, {}});
+  });
   return t;
 }
 
 // probe.tokens and probe.logits: two full blocks and one token of a fixed
 // prompt, and the model's logits for its last token.
-absl::Status AddProbe(const ModelConfig& c, std::vector<Tensor>* tensors) {
+absl::Status AddProbe(const Model& model, std::vector<Tensor>* tensors) {
+  const ModelConfig& c = model.config();
   const uint32_t n = 2 * c.page_size + 1;
   std::vector<uint32_t> tokens(n);
   for (uint32_t i = 0; i < n; ++i) {
     tokens[i] = static_cast<uint32_t>((uint64_t{i} * 7919 + 13) % c.vocab);
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Create(c, Device::kCpu));
   LocalKv local(c, n);
   ASSIGN_OR_RETURN(std::vector<float> logits,
-                   model->Forward(PrefixView{}, &local, tokens));
-  tensors->push_back({"probe.tokens", "U32", {n}, nullptr, tokens});
-  tensors->push_back({"probe.logits", "F32", {c.vocab},
-                      [logits = std::move(logits)] { return logits; }, {}});
+                   model.Forward(PrefixView{}, &local, tokens));
+  tensors->push_back({"probe.tokens", "U32", {n}, {}, {}, std::move(tokens)});
+  tensors->push_back({"probe.logits", "F32", {c.vocab}, {}, std::move(logits),
+                      {}});
+  Tensor& probe = tensors->back();
+  probe.f32 = probe.own_f32;
   return absl::OkStatus();
 }
 
@@ -190,9 +123,11 @@ std::string Header(const ModelConfig& c, const std::vector<Tensor>& tensors) {
   return out;
 }
 
-absl::Status WriteFile(const std::string& path, const std::string& header,
+// Writes the file at `tmp`; errors name `path`, the file the caller asked for.
+absl::Status WriteFile(const std::string& tmp, const std::string& path,
+                       const std::string& header,
                        const std::vector<Tensor>& tensors) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
   auto failed = [&path] {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
@@ -203,10 +138,9 @@ absl::Status WriteFile(const std::string& path, const std::string& header,
   out.write(reinterpret_cast<const char*>(&n), sizeof(n));
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   for (const Tensor& t : tensors) {
-    if (t.make_f32) {
-      const std::vector<float> data = t.make_f32();
-      out.write(reinterpret_cast<const char*>(data.data()),
-                static_cast<std::streamsize>(data.size() * sizeof(float)));
+    if (t.u32.empty()) {
+      out.write(reinterpret_cast<const char*>(t.f32.data()),
+                static_cast<std::streamsize>(t.f32.size() * sizeof(float)));
     } else {
       out.write(reinterpret_cast<const char*>(t.u32.data()),
                 static_cast<std::streamsize>(t.u32.size() * sizeof(uint32_t)));
@@ -222,10 +156,12 @@ absl::Status WriteFile(const std::string& path, const std::string& header,
 
 absl::Status ExportWeights(const ModelConfig& config, const std::string& path) {
   RETURN_IF_ERROR(config.Validate());
-  std::vector<Tensor> tensors = WeightTensors(config);
-  RETURN_IF_ERROR(AddProbe(config, &tensors));
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                   Model::Create(config, Device::kCpu));
+  std::vector<Tensor> tensors = WeightTensors(*model);
+  RETURN_IF_ERROR(AddProbe(*model, &tensors));
   const std::string tmp = absl::StrCat(path, ".tmp", ::getpid());
-  if (absl::Status s = WriteFile(tmp, Header(config, tensors), tensors);
+  if (absl::Status s = WriteFile(tmp, path, Header(config, tensors), tensors);
       !s.ok()) {
     std::remove(tmp.c_str());
     return s;

@@ -5,7 +5,7 @@
 //                      [--endpoint E] [--timeout D] [model overrides]
 //   radixkv-worker bench [--model small] [--prefix-tokens P]
 //                        [--suffix-tokens S] [--repeat R] [--json]
-//   both: [--device auto|cpu|cuda]
+//   run, bench: [--device auto|cpu|cuda]
 //   radixkv-worker export-weights [--model tiny] --out FILE [model overrides]
 //
 // `run` serves each prompt through radixkvd (skipping its cached prefix) and
@@ -284,10 +284,10 @@ struct ExportFlags {
 
 constexpr char kExportFooter[] =
     "Writes the model's configuration, its namespace and every weight its\n"
-    "forward pass uses as one safetensors file (format: client/worker/\n"
-    "README.md), so that another implementation runs the identical model\n"
-    "and shares its cached blocks. The same model flags as for run give the\n"
-    "same namespace.\n\n"
+    "forward pass uses as one safetensors file (the format is described in\n"
+    "client/worker/README.md), so that another implementation runs the\n"
+    "identical model and shares its cached blocks. The same model flags as\n"
+    "for run give the same namespace.\n\n"
     "Example:\n"
     "  radixkv-worker export-weights --model small --out small.safetensors";
 
@@ -612,7 +612,8 @@ int Main(int argc, char** argv) {
   if (bench_cmd->parsed()) return BenchCommand(bench);
   if (export_cmd->parsed()) return ExportCommand(export_flags);
   if (help_cmd->parsed()) return Help(app, help_topic);
-  std::cerr << app.help() << "Error: no command given (run, bench or export-weights)\n";
+  std::cerr << app.help()
+            << "Error: no command given (run, bench or export-weights)\n";
   return kExitUsage;
 }
 
