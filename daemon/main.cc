@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <iostream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -13,7 +14,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/internal/program_name.h"
+#include "absl/flags/internal/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -172,10 +177,40 @@ void PrintListening(const radixkv::daemon::ServerOptions& o,
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "radixkvd: prefix-caching KV store daemon.\n"
+      "prefix-caching KV store daemon.\n"
       "  radixkvd [--socket=PATH] [--listen_tcp=HOST:PORT] "
-      "[--metrics_listen=HOST:PORT] [--pool=SPEC] ...");
-  absl::ParseCommandLine(argc, argv);
+      "[--metrics_listen=HOST:PORT] [--pool=SPEC] ...\n"
+      "docs/OPERATIONS.md describes every flag.");
+  // --help lists this file's flags (radixkvd's own); --helpfull adds the
+  // libraries'. --version prints the release.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "daemon/main.cc");
+  };
+  usage.version_string = [] {
+    return std::string("radixkvd " RADIXKVD_VERSION "\n");
+  };
+  absl::SetFlagsUsageConfig(usage);
+  for (int i = 1; i < argc; ++i) {
+    // Asking for help is not an error: print radixkvd's flags, exit 0.
+    if (absl::string_view(argv[i]) == "--help" ||
+        absl::string_view(argv[i]) == "-h") {
+      absl::flags_internal::SetProgramInvocationName("radixkvd");
+      absl::flags_internal::FlagsHelp(
+          std::cout, "daemon/main.cc",
+          absl::flags_internal::HelpFormat::kHumanReadable,
+          absl::ProgramUsageMessage());
+      return 0;
+    }
+  }
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr,
+                 "radixkvd: unexpected argument '%s' (radixkvd takes only "
+                 "--flags; see radixkvd --help)\n",
+                 positional[1]);
+    return 2;
+  }
   // Debian's Abseil checks every Mutex acquisition for lock-order cycles, and
   // gRPC's own mutexes are Abseil mutexes too, so the check would run on
   // every RPC's locks (docs/BENCHMARKS.md §5). Tests keep the check on.

@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   # tests and tools: promtool, python (vectors, simulation), redis + h2load (benchmarks)
   prometheus python3 python3-grpcio python3-protobuf python3-xxhash
+  python3-numpy python3-pytest python3-torch
   redis-server redis-tools nghttp2-client curl procps valgrind
 )
 

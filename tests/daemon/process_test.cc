@@ -197,6 +197,29 @@ TEST(DaemonProcessTest, OutOfRangeMallocTrimThresholdIsRefused) {
       << bad.output();
 }
 
+// --help lists radixkvd's own flags and exits 0; --version names the release;
+// a stray positional argument is refused (exit 2) instead of ignored.
+TEST(DaemonProcessTest, HelpVersionAndStrayArguments) {
+  Child help(RADIXKVD_PATH, {"--help"});
+  EXPECT_EQ(help.Wait(), 0) << help.output();
+  for (const char* flag : {"--pool", "--socket", "--max_pool_pages",
+                           "--lease_ttl"}) {
+    EXPECT_TRUE(absl::StrContains(help.output(), flag))
+        << flag << " missing from:\n" << help.output();
+  }
+  EXPECT_FALSE(absl::StrContains(help.output(), "No flags matched"));
+  Child version(RADIXKVD_PATH, {"--version"});
+  EXPECT_EQ(version.Wait(), 0) << version.output();
+  EXPECT_TRUE(absl::StrContains(version.output(), "radixkvd 0."))
+      << version.output();
+  std::vector<std::string> args = DaemonArgs(TempSocketPath("stray"));
+  args.push_back("stray");
+  Child stray(RADIXKVD_PATH, args);
+  EXPECT_EQ(stray.Wait(), 2) << stray.output();
+  EXPECT_TRUE(absl::StrContains(stray.output(), "unexpected argument 'stray'"))
+      << stray.output();
+}
+
 TEST(DaemonProcessTest, KilledWorkerReleasesItsWritingPages) {
   const std::string socket = TempSocketPath("kill");
   Child daemon(RADIXKVD_PATH, DaemonArgs(socket, "host,bytes=64KiB"));

@@ -1,0 +1,554 @@
+"""radixkv.Client: an inference worker's session in one namespace of radixkvd.
+
+    spec = NamespaceSpec(model="m", num_layers=32, num_kv_heads=8,
+                         head_dim=128, page_size=16, dtype="bf16")
+    with Client(namespace=spec, client_name="worker-0", attach_pool=True) as c:
+        with c.acquire(prompt_tokens) as lease:
+            # lease.matched_tokens tokens are cached in lease.pages[:matched];
+            # write the K/V of the next lease.new_blocks blocks into
+            # lease.page_array(lease.matched_blocks + j), then:
+            lease.commit(lease.new_blocks)
+
+It behaves as the C++ radixkv::Client (docs/CLIENT.md):
+
+* The constructor does not fail because the daemon is down; a background
+  thread keeps the Session stream open (heartbeats; reconnect with
+  exponential backoff and jitter; re-attach the pool).
+* acquire() never raises because the daemon is away: with no session open,
+  or a call that fails or misses its deadline, it returns a degraded Lease
+  (no match, no pages). It raises only for the caller's own mistakes
+  (InvalidArgument, FailedPrecondition).
+* Every call has a deadline (call_timeout; release_timeout for releases).
+* A Lease left (its `with` block, or dropped) while held costs no call of
+  its own: its id rides on the next acquire (release_leases); ids no
+  acquire picked up within release_delay are released by the session thread.
+  release_delay=0: leaving sends the Release and waits for it.
+* When the daemon refuses the carried ids because one of them expired
+  (NOT_FOUND, ErrorDetail field release_leases, reason LEASE_NOT_FOUND), the
+  ids are released one by one and the acquire is sent again without them.
+  An ErrorDetail with reason SESSION_NOT_FOUND drops the session (it is
+  re-opened) and that acquire degrades.
+
+Thread safety: Client is thread-safe. A Lease belongs to one thread at a
+time; different Leases are independent. A Lease may outlive its Client
+(ending it is then a no-op: closing the client ended the session).
+"""
+import os
+from typing import List, Optional, Sequence, Union
+
+import grpc
+import numpy as np
+
+from radixkv import errors, pb
+from radixkv._session import ClientState, Core, Options
+from radixkv.errors import FailedPrecondition, InvalidArgument, LeaseLost
+from radixkv.keys import (BlockHasher, NamespaceSpec, as_token_array,
+                          compute_block_keys, namespace_root)
+
+__all__ = ["Client", "Lease", "ClientState", "grpc_target", "default_socket_path",
+           "validate_namespace"]
+
+# AcquireRequest.release_leases holds at most this many ids.
+MAX_RELEASE_LEASES = 64
+_U4 = np.dtype("<u4")
+
+
+def default_socket_path() -> str:
+    """The daemon's default socket: $XDG_RUNTIME_DIR/radixkv/radixkvd.sock,
+    else /tmp/radixkv-<uid>/radixkvd.sock."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return runtime + "/radixkv/radixkvd.sock"
+    return f"/tmp/radixkv-{os.getuid()}/radixkvd.sock"
+
+
+def grpc_target(endpoint: Optional[str] = None) -> str:
+    """The gRPC target for an endpoint as radixkvctl --endpoint reads it:
+    None takes $RADIXKVCTL_ENDPOINT; empty is the daemon's default socket;
+    /path (./, ../) and unix:/path are Unix sockets; other gRPC URI schemes
+    pass through; else host:port. InvalidArgument (field "endpoint")
+    otherwise."""
+    if endpoint is None:
+        endpoint = os.environ.get("RADIXKVCTL_ENDPOINT", "")
+    if not endpoint:
+        return "unix:" + default_socket_path()
+    if endpoint.startswith(("/", "./", "../")):
+        return "unix:" + endpoint
+    if endpoint.startswith("unix:"):
+        if endpoint == "unix:":
+            raise InvalidArgument('endpoint: "unix:" needs a socket path, e.g. '
+                                  "unix:/tmp/r.sock", field="endpoint",
+                                  reason=errors.REASON_INVALID)
+        return endpoint
+    if endpoint.startswith(("dns:", "ipv4:", "ipv6:", "unix-abstract:", "vsock:")):
+        return endpoint
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise InvalidArgument(
+            f'endpoint: "{endpoint}" is not a socket path (/path, unix:/path) '
+            "or host:port with a port in 1..65535", field="endpoint",
+            reason=errors.REASON_INVALID)
+    return endpoint
+
+
+def validate_namespace(spec: NamespaceSpec) -> None:
+    """What the daemon checks of a worker's layout: num_layers,
+    num_kv_heads, head_dim and page_size nonzero, a known dtype, tp_rank <
+    tp_size (0 read as 1). InvalidArgument naming the field otherwise."""
+    for name in ("num_layers", "num_kv_heads", "head_dim", "page_size"):
+        if getattr(spec, name) == 0:
+            raise InvalidArgument(f"namespace.{name} must be at least 1, got 0",
+                                  field=f"namespace.{name}",
+                                  reason=errors.REASON_INVALID)
+    if spec.elem_bytes == 0:
+        raise InvalidArgument(
+            f"namespace.dtype: unknown or unspecified dtype value {spec.dtype}",
+            field="namespace.dtype", reason=errors.REASON_INVALID)
+    tp_size = spec.tp_size or 1
+    if spec.tp_rank >= tp_size:
+        raise InvalidArgument(
+            f"namespace.tp_rank ({spec.tp_rank}) must be below "
+            f"namespace.tp_size ({tp_size})", field="namespace.tp_rank",
+            reason=errors.REASON_INVALID)
+
+
+def _closed() -> errors.Unavailable:
+    return errors.Unavailable("the client is closed", code=grpc.StatusCode.CANCELLED)
+
+
+def _lease_lost(message: str) -> LeaseLost:
+    return LeaseLost(message, field="lease_id", reason=errors.REASON_LEASE_NOT_FOUND)
+
+
+class Lease:
+    """A pin on the cached prefix of one prompt plus pages allocated for the
+    next blocks; the result of Client.acquire. A context manager: leaving
+    the `with` block ends a lease that is still held (see Client).
+
+    pages lists matched_blocks cached pages in block order (read-only,
+    shared), then new_blocks new pages (the worker's to write, block
+    matched_blocks + j into pages[matched_blocks + j]). A degraded lease
+    (daemon away) has no match and no pages."""
+
+    __slots__ = ("_core", "_pool", "_spec", "_session_id", "_generation",
+                 "lease_id", "degraded", "total_blocks", "matched_blocks",
+                 "matched_tokens", "new_blocks", "committed_blocks", "pages",
+                 "expires_unix_ms", "_ended")
+
+    def __init__(self, core: Core, spec: NamespaceSpec, total_blocks: int,
+                 degraded: bool):
+        self._core = core
+        self._pool = None
+        self._spec = spec
+        self._session_id = ""
+        self._generation = 0
+        self._ended = False
+        self.lease_id = 0
+        self.degraded = degraded
+        self.total_blocks = total_blocks
+        self.matched_blocks = 0
+        self.matched_tokens = 0
+        self.new_blocks = 0
+        self.committed_blocks = 0
+        self.pages: List[int] = []
+        self.expires_unix_ms = 0
+
+    @property
+    def held(self) -> bool:
+        """True while the daemon holds pages for this lease."""
+        return self.lease_id != 0
+
+    @property
+    def matched_pages(self) -> List[int]:
+        return self.pages[:self.matched_blocks]
+
+    @property
+    def new_pages(self) -> List[int]:
+        return self.pages[self.matched_blocks:]
+
+    @property
+    def uncommitted_blocks(self) -> int:
+        return self.new_blocks - self.committed_blocks
+
+    def _require_held(self, what: str) -> None:
+        if self.lease_id != 0:
+            return
+        if self.degraded:
+            raise FailedPrecondition(f"{what}: degraded lease holds no pages",
+                                     field="lease_id", reason=errors.REASON_INVALID)
+        if self._ended:
+            raise _lease_lost(f"{what}: the lease has ended (released, "
+                              "committed with release, or its with block exited)")
+        raise FailedPrecondition(f"{what}: the lease holds nothing (no match, "
+                                 "no pages allocated)", field="lease_id",
+                                 reason=errors.REASON_INVALID)
+
+    def _end(self) -> int:
+        lease_id, self.lease_id = self.lease_id, 0
+        self._ended = self._ended or lease_id != 0
+        return lease_id
+
+    def commit(self, blocks: Optional[int] = None, release: bool = True):
+        """Commits the next `blocks` (default: all) uncommitted new pages, in
+        block order, as the blocks after the matched prefix; with release
+        also ends the lease. REQUIRES: their K/V is written (kernels
+        finished). Returns the radixkv.v1.CommitResponse.
+
+        Raises FailedPrecondition (field "blocks") when blocks exceeds
+        uncommitted_blocks (nothing sent) or the lease is degraded;
+        LeaseLost when the lease has ended, expired or its session ended
+        (daemon restart: the pages were not cached); Unavailable /
+        DeadlineExceeded when the daemon does not answer."""
+        self._require_held("commit")
+        if blocks is None:
+            blocks = self.uncommitted_blocks
+        if not 0 <= blocks <= self.uncommitted_blocks:
+            raise FailedPrecondition(
+                f"blocks: commit of {blocks} blocks exceeds the lease's "
+                f"{self.uncommitted_blocks} uncommitted new pages",
+                field="blocks", reason=errors.REASON_INVALID)
+        if not self._core.is_current(self._generation):
+            self._end()
+            raise _lease_lost("commit: the session of this lease ended (daemon "
+                              "restart or client closed); the pages were not cached")
+        request = pb.CommitRequest(session_id=self._session_id, lease_id=self.lease_id,
+                                   blocks=blocks, release=release)
+        try:
+            response = self._core.kv.Commit(request,
+                                            timeout=self._core.options.call_timeout)
+        except grpc.RpcError as e:
+            err = errors.from_rpc_error(e)
+            if err.code == grpc.StatusCode.NOT_FOUND:
+                self._end()
+            raise err from None
+        self.committed_blocks += blocks
+        if release or response.released:
+            self._end()
+        return response
+
+    def release(self) -> None:
+        """Ends the lease now with one Release call (never deferred).
+        Idempotent; a lease the daemon no longer has (expired, session
+        ended) counts as released. Never raises because the daemon is away:
+        the lease then ends with the session or at its TTL."""
+        lease_id = self._end()
+        if lease_id == 0 or not self._core.is_current(self._generation):
+            return
+        try:
+            self._core.kv.Release(
+                pb.ReleaseRequest(session_id=self._session_id, lease_id=lease_id),
+                timeout=self._core.options.release_timeout)
+        except grpc.RpcError as e:
+            err = errors.from_rpc_error(e)
+            if errors.is_caller_error(err):
+                raise err from None
+
+    def drop(self) -> None:
+        """Ends a held lease the way leaving the `with` block does: its id
+        rides on the next acquire (or is released within release_delay);
+        with release_delay 0, release() now."""
+        if self.lease_id == 0:
+            return
+        if self._core.options.release_delay > 0:
+            self._core.defer_release(self._generation, self._end())
+        else:
+            self.release()
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.drop()
+
+    def __del__(self):
+        try:
+            self.drop()
+        except Exception:  # pylint: disable=broad-except
+            pass  # the daemon also ends it with the session or at its TTL
+
+    # -- page views (attach_pool) ----------------------------------------------
+
+    def _page(self, i: int) -> int:
+        self._require_held("page view")
+        if self._pool is None:
+            raise FailedPrecondition(
+                "page view: no pool is mapped (attach_pool=False, or a none pool)",
+                field="pool", reason=errors.REASON_INVALID)
+        if not 0 <= i < len(self.pages):
+            raise IndexError(f"page index {i} is outside 0 .. {len(self.pages) - 1}")
+        return self.pages[i]
+
+    def page(self, i: int) -> memoryview:
+        """The bytes of pages[i] in the mapped pool (no copy)."""
+        page = self._page(i)
+        return self._pool.page(page)
+
+    def page_array(self, i: int) -> np.ndarray:
+        """pages[i] as a NumPy array shaped (num_layers, 2, num_kv_heads,
+        page_size, head_dim) in the namespace's dtype, sharing the pool's
+        memory (radixkv.pool.Pool.page_array). Valid while the lease is."""
+        page = self._page(i)
+        return self._pool.page_array(page, self._spec)
+
+    def page_tensor(self, i: int):
+        """pages[i] as a torch tensor of the same shape (torch.frombuffer)."""
+        page = self._page(i)
+        return self._pool.page_tensor(page, self._spec)
+
+    def __repr__(self) -> str:
+        return (f"Lease(lease_id={self.lease_id}, degraded={self.degraded}, "
+                f"total_blocks={self.total_blocks}, matched_blocks="
+                f"{self.matched_blocks}, new_blocks={self.new_blocks})")
+
+
+class Client:
+    """One worker's session in one namespace; see the module docstring.
+
+    endpoint: /path, unix:/path or host:port; None: $RADIXKVCTL_ENDPOINT,
+      else the daemon's default socket (as radixkvctl). namespace: the
+      NamespaceSpec (layout fields required). Durations are seconds.
+      initial_wait: how long the constructor waits for the first session.
+
+    Raises InvalidArgument for a bad endpoint or namespace layout, and for a
+    namespace the daemon refuses while the constructor waits (e.g. a
+    string over --max_string_bytes, FailedPrecondition for other
+    page_bytes than the pool's); ValueError for a bad duration."""
+
+    def __init__(self, endpoint: Optional[str] = None, namespace: NamespaceSpec = None,
+                 client_name: str = "python", attach_pool: bool = False,
+                 call_timeout: float = 2.0, heartbeat_interval: float = 1.0,
+                 reconnect_max_backoff: float = 5.0, release_delay: float = 0.005,
+                 *, connect_timeout: float = 2.0, initial_wait: float = 2.0,
+                 reconnect_initial_backoff: float = 0.1, reconnect_jitter: float = 0.2,
+                 release_timeout: float = 0.5, device: int = 0):
+        if not isinstance(namespace, NamespaceSpec):
+            raise TypeError("namespace: a radixkv.NamespaceSpec is required")
+        validate_namespace(namespace)
+        for name, value in (("call_timeout", call_timeout),
+                            ("connect_timeout", connect_timeout),
+                            ("heartbeat_interval", heartbeat_interval),
+                            ("release_timeout", release_timeout),
+                            ("reconnect_initial_backoff", reconnect_initial_backoff)):
+            if not value > 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if reconnect_max_backoff < reconnect_initial_backoff:
+            raise ValueError("reconnect_max_backoff must be at least "
+                             "reconnect_initial_backoff")
+        if release_delay < 0 or initial_wait < 0:
+            raise ValueError("release_delay and initial_wait must not be negative")
+        self.namespace = namespace
+        self.options = Options(
+            target=grpc_target(endpoint), namespace=namespace,
+            client_name=client_name, device=device, attach_pool=attach_pool,
+            call_timeout=call_timeout, connect_timeout=connect_timeout,
+            heartbeat_interval=heartbeat_interval,
+            reconnect_initial_backoff=reconnect_initial_backoff,
+            reconnect_max_backoff=reconnect_max_backoff,
+            reconnect_jitter=reconnect_jitter, release_delay=release_delay,
+            release_timeout=release_timeout)
+        # The daemon hashes tp_size 0 as 1; so does this root.
+        self.namespace_root = namespace_root(namespace.normalized())
+        self._page_size = namespace.page_size
+        self._core = Core(self.options)
+        self._core.start()
+        if initial_wait > 0:
+            refusal = self._core.wait_for_open_or_refusal(initial_wait)
+            if refusal is not None:
+                self._core.stop()
+                raise refusal
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the session (the daemon ends its leases and frees unwritten
+        pages) and stops the session thread. Idempotent."""
+        self._core.stop()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        core = getattr(self, "_core", None)
+        if core is not None:
+            try:
+                core.stop()
+            except Exception:  # pylint: disable=broad-except
+                pass
+
+    @property
+    def connected(self) -> bool:
+        return self._core.current().usable
+
+    def state(self) -> ClientState:
+        return self._core.state()
+
+    def wait_for_session(self, timeout: float) -> bool:
+        """Blocks until a session is open (True) or `timeout` seconds pass
+        (False; state().last_error says why)."""
+        return self._core.wait_for_session(timeout)
+
+    @property
+    def pool(self):
+        """The mapped radixkv.pool.Pool of the current session, or None."""
+        return self._core.current().pool
+
+    # -- keys ------------------------------------------------------------------
+
+    def compute_keys(self, tokens) -> List[bytes]:
+        """Block keys of `tokens` in this namespace (contract v1)."""
+        return compute_block_keys(self.namespace_root, self._page_size, tokens)
+
+    def new_hasher(self) -> BlockHasher:
+        return BlockHasher(self.namespace_root, self._page_size)
+
+    # -- worker calls ----------------------------------------------------------
+
+    def _prompt_bytes(self, tokens) -> bytes:
+        try:
+            arr = as_token_array(tokens)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgument(str(e), field="tokens",
+                                  reason=errors.REASON_INVALID) from None
+        if arr.size == 0:
+            raise InvalidArgument("tokens: must hold at least 1 token",
+                                  field="tokens", reason=errors.REASON_INVALID)
+        return arr.tobytes()
+
+    @staticmethod
+    def _packed_keys(keys: Union[bytes, Sequence[bytes]]) -> bytes:
+        packed = keys if isinstance(keys, (bytes, bytearray, memoryview)) \
+            else b"".join(keys)
+        packed = bytes(packed)
+        if not packed or len(packed) % 16:
+            raise InvalidArgument(
+                f"block_keys_packed: {len(packed)} bytes; want 16 per block, "
+                "at least one", field="block_keys_packed",
+                reason=errors.REASON_INVALID)
+        return packed
+
+    def acquire(self, tokens, allocate: bool = True, max_new_blocks: int = 0) -> Lease:
+        """Pins the longest cached prefix of `tokens` (list of ints or a
+        NumPy integer array) and, with allocate, takes pages for the next
+        full blocks (at most max_new_blocks; 0: all). Returns a Lease,
+        degraded when the daemon is away or late. Raises InvalidArgument /
+        FailedPrecondition for input the daemon refuses."""
+        prompt = self._prompt_bytes(tokens)
+        request = pb.AcquireRequest(tokens_le=prompt, allocate=allocate,
+                                    max_new_blocks=max_new_blocks, pages_le=True)
+        return self._acquire(request, len(prompt) // 4 // self._page_size)
+
+    def acquire_keys(self, keys, allocate: bool = True,
+                     max_new_blocks: int = 0) -> Lease:
+        """Key mode: one 16-byte key per full block (compute_keys), sent as
+        block_keys_packed; the daemon must run with --allow_key_mode."""
+        packed = self._packed_keys(keys)
+        request = pb.AcquireRequest(block_keys_packed=packed, allocate=allocate,
+                                    max_new_blocks=max_new_blocks, pages_le=True)
+        return self._acquire(request, len(packed) // 16)
+
+    def _call_acquire(self, request):
+        try:
+            return self._core.kv.Acquire(request, timeout=self.options.call_timeout), None
+        except grpc.RpcError as e:
+            return None, errors.from_rpc_error(e)
+        except ValueError:  # the channel was closed meanwhile
+            return None, _closed()
+
+    def _acquire(self, request, total_blocks: int) -> Lease:
+        core = self._core
+        lease = Lease(core, self.namespace, total_blocks, degraded=True)
+        session = core.current()
+        if not session.usable:
+            return lease
+        request.session_id = session.session_id
+        # Leases dropped since the last call end with this one.
+        carried = core.take_deferred(session.generation, MAX_RELEASE_LEASES)
+        if carried:
+            request.release_leases.extend(carried)
+        response, err = self._call_acquire(request)
+        if err is not None and carried:
+            # The daemon released none of them (all or nothing). When one of
+            # them is the reason (it expired meanwhile), release them one by
+            # one and send the Acquire on its own.
+            their_fault = (err.reason == errors.REASON_LEASE_NOT_FOUND and
+                           err.field.split("[", 1)[0] == "release_leases")
+            core.requeue_deferred(session.generation, carried, release_now=their_fault)
+            if their_fault:
+                del request.release_leases[:]
+                response, err = self._call_acquire(request)
+        if err is not None:
+            if errors.is_caller_error(err):
+                raise err
+            if err.reason == errors.REASON_SESSION_NOT_FOUND:
+                core.report_session_lost(session.generation)
+            return lease
+        return self._fill_lease(lease, response, session)
+
+    def _fill_lease(self, lease: Lease, response, session) -> Lease:
+        lease.degraded = False
+        lease._session_id = session.session_id  # pylint: disable=protected-access
+        lease._generation = session.generation  # pylint: disable=protected-access
+        lease._pool = session.pool  # pylint: disable=protected-access
+        lease.lease_id = response.lease_id
+        lease.total_blocks = response.total_blocks
+        lease.matched_blocks = response.matched_blocks
+        lease.matched_tokens = response.matched_tokens
+        lease.new_blocks = response.new_blocks
+        lease.expires_unix_ms = response.lease_expires_unix_ms
+        if response.pages_le:
+            if len(response.pages_le) % 4:
+                lease.release()
+                raise errors.Error(f"Acquire: daemon returned {len(response.pages_le)} "
+                                   "bytes of pages_le, not a multiple of 4",
+                                   code=grpc.StatusCode.INTERNAL)
+            lease.pages = np.frombuffer(response.pages_le, dtype=_U4).tolist()
+        else:
+            lease.pages = list(response.pages)
+        if len(lease.pages) != lease.matched_blocks + lease.new_blocks:
+            # A daemon bug; do not hand out pages that cannot be accounted for.
+            lease.release()
+            raise errors.Error(
+                f"Acquire: daemon returned {len(lease.pages)} pages for "
+                f"{lease.matched_blocks} matched + {lease.new_blocks} new blocks",
+                code=grpc.StatusCode.INTERNAL)
+        return lease
+
+    # -- lookups and admin (errors raised, never degraded) -----------------------
+
+    def _unary(self, method, request):
+        try:
+            return method(request, timeout=self.options.call_timeout)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+        except ValueError:  # gRPC refuses calls on a closed channel
+            raise _closed() from None
+
+    def match(self, tokens):
+        """Read-only lookup of the longest cached prefix (no session needed);
+        the radixkv.v1.MatchResponse. Raises the error (Unavailable,
+        DeadlineExceeded, ...) when the daemon does not answer."""
+        request = pb.MatchRequest(namespace=self._core.namespace_pb,
+                                  tokens_le=self._prompt_bytes(tokens))
+        return self._unary(self._core.kv.Match, request)
+
+    def match_keys(self, keys):
+        request = pb.MatchRequest(namespace=self._core.namespace_pb,
+                                  block_keys_packed=self._packed_keys(keys))
+        return self._unary(self._core.kv.Match, request)
+
+    def explain(self, tokens):
+        """Admin.Explain: per block, cached or why not (ExplainResponse)."""
+        request = pb.ExplainRequest(namespace=self._core.namespace_pb,
+                                    tokens_le=self._prompt_bytes(tokens))
+        return self._unary(self._core.admin.Explain, request)
+
+    def stats(self):
+        """Admin.GetStats: the daemon's radixkv.v1.Stats."""
+        return self._unary(self._core.admin.GetStats, pb.GetStatsRequest()).stats
+
+    def evict(self, pages: int) -> int:
+        """Admin.Evict: evicts up to `pages` unpinned LRU blocks; the count."""
+        return self._unary(self._core.admin.Evict, pb.EvictRequest(pages=pages)).evicted
