@@ -185,11 +185,16 @@ AttachServer::Stats AttachServer::stats() const {
   return s;
 }
 
-bool AttachServer::Trusted(uid_t uid, gid_t gid) const {
-  if (uid == 0) return true;
-  if (options_.allow_same_uid && uid == self_uid_) return true;
-  return std::find(options_.allowed_gids.begin(), options_.allowed_gids.end(),
-                   gid) != options_.allowed_gids.end();
+bool AttachServer::Trusted(const gpu::PeerCredentials& peer) const {
+  if (peer.uid == 0) return true;
+  if (options_.allow_same_uid && peer.uid == self_uid_) return true;
+  auto allowed = [this](gid_t g) {
+    return std::find(options_.allowed_gids.begin(),
+                     options_.allowed_gids.end(),
+                     g) != options_.allowed_gids.end();
+  };
+  return allowed(peer.gid) ||
+         std::any_of(peer.groups.begin(), peer.groups.end(), allowed);
 }
 
 void AttachServer::Refuse(const Pending& conn, absl::string_view why) {
@@ -271,13 +276,16 @@ void AttachServer::Accept(std::vector<Pending>* pending) {
       continue;
     }
     conn.peer = *peer;
-    if (!Trusted(peer->uid, peer->gid)) {
+    if (!Trusted(*peer)) {
       Refuse(
           conn,
           absl::StrCat(
               "untrusted peer (daemon uid ", self_uid_,
               "; allowed: same uid, uid 0",
-              options_.allowed_gids.empty() ? "" : ", or an allowed gid", ")"));
+              options_.allowed_gids.empty()
+                  ? ""
+                  : ", or an allowed primary or supplementary group",
+              ")"));
       continue;
     }
     if (pending->size() >= options_.max_pending) {

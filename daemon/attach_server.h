@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "gpu/fd_passing.h"
 #include "gpu/pool.h"
 #include "gpu/posix_resources.h"
 
@@ -60,7 +61,8 @@ class AttachServer {
     // Trust peers whose uid equals this process's effective uid. uid 0 is
     // always trusted.
     bool allow_same_uid = true;
-    // Also trust peers whose (primary) gid is one of these.
+    // Also trust peers whose primary gid or any supplementary group
+    // (SO_PEERGROUPS, as at connect time) is one of these.
     std::vector<gid_t> allowed_gids;
     // A connection that has not sent its session id by then is closed.
     absl::Duration request_timeout = absl::Seconds(5);
@@ -105,7 +107,9 @@ class AttachServer {
   // Reads the session id from a readable connection and answers it.
   void Serve(Pending* conn);
   void Refuse(const Pending& conn, absl::string_view why);
-  bool Trusted(uid_t uid, gid_t gid) const;
+  // uid 0, the daemon's uid (allow_same_uid), or a peer whose primary or
+  // any supplementary group is in allowed_gids.
+  bool Trusted(const gpu::PeerCredentials& peer) const;
 
   const Options options_;
   const Resolver resolve_;

@@ -120,7 +120,21 @@ absl::StatusOr<PeerCredentials> GetPeerCredentials(int sock) {
   if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     return ErrnoStatus("getsockopt(SO_PEERCRED)", errno);
   }
-  return PeerCredentials{cred.pid, cred.uid, cred.gid};
+  PeerCredentials out{cred.pid, cred.uid, cred.gid, {}};
+  // SO_PEERGROUPS answers ERANGE with the size it needs when the buffer is
+  // too small.
+  out.groups.resize(16);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    socklen_t bytes = static_cast<socklen_t>(out.groups.size() * sizeof(gid_t));
+    if (::getsockopt(sock, SOL_SOCKET, SO_PEERGROUPS, out.groups.data(),
+                     &bytes) == 0) {
+      out.groups.resize(bytes / sizeof(gid_t));
+      return out;
+    }
+    if (errno != ERANGE) return ErrnoStatus("getsockopt(SO_PEERGROUPS)", errno);
+    out.groups.resize(bytes / sizeof(gid_t) + 1);
+  }
+  return ErrnoStatus("getsockopt(SO_PEERGROUPS)", ERANGE);
 }
 
 absl::Status SetSocketTimeouts(int sock, absl::Duration timeout) {

@@ -60,9 +60,11 @@ struct PeerCredentials {
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;  // the peer's primary (effective) gid at connect time
+  // The peer's supplementary groups at connect time (SO_PEERGROUPS).
+  std::vector<gid_t> groups;
 };
 
-// SO_PEERCRED of a connected Unix socket.
+// SO_PEERCRED and SO_PEERGROUPS of a connected Unix socket.
 absl::StatusOr<PeerCredentials> GetPeerCredentials(int sock);
 
 // Sets SO_RCVTIMEO and SO_SNDTIMEO (a non-positive or infinite duration

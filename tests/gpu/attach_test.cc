@@ -274,15 +274,17 @@ TEST_F(AttachTest, StaleSocketIsReplacedButALiveOneIsNot) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// Forks a child that drops to uid/gid 65534 and attaches with raw syscalls
+// Forks a child that drops to uid/gid 65534 (with `supplementary` as its
+// only supplementary group, or none when 0) and attaches with raw syscalls
 // only (async-signal-safe after fork in a threaded process). Exit code: 0
 // closed with nothing sent, 1 got a reply, 2 could not connect, 3 setuid
 // failed.
-int AttachAsNobody(const std::string& path) {
+int AttachAsNobody(const std::string& path, gid_t supplementary = 0) {
   pid_t pid = ::fork();
   if (pid == 0) {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 ||
-        ::setuid(65534) != 0) {
+    const gid_t groups[1] = {supplementary};
+    if (::setgroups(supplementary == 0 ? 0 : 1, groups) != 0 ||
+        ::setgid(65534) != 0 || ::setuid(65534) != 0) {
       ::_exit(3);
     }
     int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
@@ -316,6 +318,20 @@ TEST_F(AttachTest, PeerWithAnotherUidIsRefusedUnlessItsGroupIsAllowed) {
   StartServer();
   EXPECT_EQ(AttachAsNobody(options_.path), 1);
   EXPECT_EQ(server_->stats().served, 1u);
+}
+
+// A worker in the allowed group only as a supplementary group (the usual
+// way: its user is a member of group radixkv) is trusted too; one outside
+// it is not.
+TEST_F(AttachTest, SupplementaryGroupMembershipIsHonoured) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a peer as uid 65534";
+  options_.mode = 0666;
+  options_.allowed_gids = {4242};
+  StartServer();
+  EXPECT_EQ(AttachAsNobody(options_.path, /*supplementary=*/4242), 1);
+  EXPECT_EQ(server_->stats().served, 1u);
+  EXPECT_EQ(AttachAsNobody(options_.path, /*supplementary=*/4243), 0);
+  EXPECT_EQ(server_->stats().refused, 1u);
 }
 
 }  // namespace
