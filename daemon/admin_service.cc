@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/cache.h"
 #include "daemon/event_log.h"
@@ -137,6 +138,17 @@ grpc::ServerWriteReactor<v1::Event>* AdminService::WatchEvents(
     grpc::CallbackServerContext* ctx, const v1::WatchEventsRequest* req) {
   const absl::Time start = absl::Now();
   absl::Status admission = Admission(ctx, env_);
+  // A start past the next event would wait for events that may never come
+  // (at 2^64-1, forever): refuse it.
+  const uint64_t next = env_.cache->events().next_sequence();
+  if (admission.ok() && req->start_sequence() > next) {
+    admission = FieldError(
+        absl::StatusCode::kOutOfRange, "start_sequence",
+        v1::ERROR_REASON_INVALID,
+        absl::StrCat(req->start_sequence(), " is past the next event's "
+                     "sequence ", next, "; send 0 (from now on) or a "
+                     "sequence already seen"));
+  }
   if (env_.metrics != nullptr) {
     env_.metrics->Record(Method::kWatchEvents, admission, absl::Now() - start);
   }

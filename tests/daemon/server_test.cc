@@ -763,6 +763,34 @@ TEST_F(ServerTest, WatchEventsReportsGap) {
   ctx.TryCancel();
 }
 
+// A start past the next event is refused at once instead of waiting for
+// events that may never come.
+TEST_F(ServerTest, WatchEventsFromTheFutureIsRefused) {
+  StartServer();
+  for (uint64_t start : {uint64_t{5}, ~uint64_t{0}}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    v1::WatchEventsRequest req;
+    req.set_start_sequence(start);
+    auto reader = admin_->WatchEvents(&ctx, req);
+    v1::Event e;
+    EXPECT_FALSE(reader->Read(&e));
+    const grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE) << s.error_message();
+    EXPECT_NE(s.error_message().find("start_sequence"), std::string::npos)
+        << s.error_message();
+  }
+  // From 1 (the first event) is fine on an empty log: it waits.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(1));
+  v1::WatchEventsRequest req;
+  req.set_start_sequence(1);
+  auto reader = admin_->WatchEvents(&ctx, req);
+  v1::Event e;
+  EXPECT_FALSE(reader->Read(&e));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
 TEST_F(ServerTest, ShutdownEndsStreamsAndRefusesCalls) {
   StartServer();
   SessionStream session(kv_.get(), TestNamespace());
