@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/cache.h"
+#include "daemon/process_metrics.h"
 #include "prometheus/text_serializer.h"
 
 namespace radixkv::daemon {
@@ -150,6 +151,10 @@ class Metrics::StateCollector : public prometheus::Collectable {
           "1 when free + writing + cached == capacity and pinned <= cached.",
           s.invariants_ok() ? 1 : 0);
     gauge("radixkv_uptime_seconds", "Seconds since radixkvd started.", s.uptime_seconds());
+    out.push_back(BuildInfoFamily());
+    for (prometheus::MetricFamily& f : ProcessFamilies()) {
+      out.push_back(std::move(f));
+    }
     return out;
   }
 
@@ -157,9 +162,23 @@ class Metrics::StateCollector : public prometheus::Collectable {
   const Cache* cache_;
 };
 
+// /healthz and /readyz: "radixkv_up 1".
+class Metrics::ProbeCollector : public prometheus::Collectable {
+ public:
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    auto f = Family("radixkv_up", "1 while radixkvd serves.",
+                    prometheus::MetricType::Gauge);
+    AddValue(&f, 1);
+    std::vector<prometheus::MetricFamily> out;
+    out.push_back(std::move(f));
+    return out;
+  }
+};
+
 Metrics::Metrics(const Cache* cache)
     : registry_(std::make_shared<prometheus::Registry>()),
-      state_(std::make_shared<StateCollector>(cache)) {
+      state_(std::make_shared<StateCollector>(cache)),
+      probe_(std::make_shared<ProbeCollector>()) {
   requests_ = &prometheus::BuildCounter()
                    .Name("radixkv_requests_total")
                    .Help("RPCs handled, by method and gRPC status code.")
@@ -179,6 +198,8 @@ Metrics::Metrics(const Cache* cache)
 
 Metrics::~Metrics() { exposer_.reset(); }
 
+void Metrics::StopServing() { exposer_.reset(); }
+
 absl::Status Metrics::Serve(const std::string& listen) {
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
@@ -191,6 +212,12 @@ absl::Status Metrics::Serve(const std::string& listen) {
   exposer_->RegisterCollectable(registry_);
   exposer_->RegisterCollectable(state_);
   return absl::OkStatus();
+}
+
+void Metrics::MarkReady() {
+  if (exposer_ == nullptr) return;
+  exposer_->RegisterCollectable(probe_, "/healthz");
+  exposer_->RegisterCollectable(probe_, "/readyz");
 }
 
 int Metrics::port() const {

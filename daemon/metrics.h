@@ -70,6 +70,12 @@ class Metrics {
   // in use is FAILED_PRECONDITION "metrics_listen HOST:PORT: address in use"
   // (or cannot bind). REQUIRES: called at most once.
   absl::Status Serve(const std::string& listen);
+  // Adds /healthz and /readyz (200, "radixkv_up 1"): the daemon is up and
+  // serving. Before it they answer 404.
+  void MarkReady();
+  // Stops the exposer: from the start of draining, every path (probes
+  // included) refuses connections.
+  void StopServing();
   // The bound port (useful with port 0); 0 when not serving.
   int port() const;
 
@@ -80,6 +86,7 @@ class Metrics {
 
  private:
   class StateCollector;
+  class ProbeCollector;
   struct MethodSeries {
     prometheus::Histogram* duration = nullptr;
     std::array<std::atomic<prometheus::Counter*>, 17> by_code{};
@@ -87,6 +94,7 @@ class Metrics {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<StateCollector> state_;
+  std::shared_ptr<ProbeCollector> probe_;
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
   prometheus::Family<prometheus::Histogram>* durations_ = nullptr;
   std::array<MethodSeries, static_cast<size_t>(Method::kCount)> series_;

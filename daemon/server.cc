@@ -196,6 +196,7 @@ absl::Status Server::Init() {
                        return cache->PoolForSession(id);
                      }));
   }
+  metrics_->MarkReady();
   return absl::OkStatus();
 }
 
@@ -248,6 +249,7 @@ void Server::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   draining_.store(true, std::memory_order_release);
+  if (metrics_ != nullptr) metrics_->StopServing();
   if (grpc_server_ != nullptr) {
     if (auto* health = grpc_server_->GetHealthCheckService()) {
       health->Shutdown();  // everything reports NOT_SERVING from now on

@@ -123,8 +123,17 @@ TEST_F(ServerTest, MetricsEndpointPassesPromtool) {
         "radixkv_tree_nodes 4", "radixkv_namespaces 1",
         "radixkv_requests_total{code=\"OK\",method=\"Acquire\"} 1",
         "radixkv_requests_total{code=\"INVALID_ARGUMENT\",method=\"Acquire\"} 1",
-        "radixkv_request_duration_seconds_bucket{method=\"Commit\",le=\"+Inf\"} 1"}) {
+        "radixkv_request_duration_seconds_bucket{method=\"Commit\",le=\"+Inf\"} 1",
+        "radixkv_build_info{version=\"", ",commit=\"", "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ", "process_open_fds ", "process_max_fds ",
+        "process_start_time_seconds "}) {
     EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want;
+  }
+  // The probes answer while the daemon serves.
+  for (const char* path : {"/healthz", "/readyz"}) {
+    EXPECT_NE(HttpGet(server_->metrics_port(), path).find("radixkv_up 1"),
+              std::string::npos)
+        << path;
   }
   // No unbounded label values: session ids never appear.
   EXPECT_EQ(text.find(session.id()), std::string::npos);
