@@ -7,6 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/cache.h"
 #include "daemon/event_log.h"
+#include "daemon/log.h"
 #include "daemon/rpc_util.h"
 #include "radixkv/errors.h"
 
@@ -112,6 +113,9 @@ grpc::ServerUnaryReactor* AdminService::Evict(grpc::CallbackServerContext* ctx,
                                               v1::EvictResponse* resp) {
   return RunUnary(ctx, env_, Method::kEvict, [&] {
     env_.cache->Evict(*req, resp);
+    Log(LogLevel::kInfo,
+        absl::StrCat("audit: Evict from ", ctx->peer(), ": asked ",
+                     req->pages(), " pages, evicted ", resp->evicted()));
     return absl::OkStatus();
   });
 }
@@ -121,6 +125,10 @@ grpc::ServerUnaryReactor* AdminService::Clear(grpc::CallbackServerContext* ctx,
                                               v1::ClearResponse* resp) {
   return RunUnary(ctx, env_, Method::kClear, [&] {
     env_.cache->Clear(resp);
+    Log(LogLevel::kInfo,
+        absl::StrCat("audit: Clear from ", ctx->peer(), ": removed ",
+                     resp->removed(), " blocks, ", resp->pinned_remaining(),
+                     " pinned remain"));
     return absl::OkStatus();
   });
 }

@@ -17,6 +17,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/log.h"
 #include "gpu/fd_passing.h"
 #include "radixkv/v1/radixkv.pb.h"
 
@@ -199,10 +200,9 @@ bool AttachServer::Trusted(const gpu::PeerCredentials& peer) const {
 
 void AttachServer::Refuse(const Pending& conn, absl::string_view why) {
   refused_.fetch_add(1, std::memory_order_relaxed);
-  std::string line = absl::StrCat(
-      "radixkvd: attach: refused pid=", conn.peer.pid, " uid=", conn.peer.uid,
-      " gid=", conn.peer.gid, ": ", why, "\n");
-  std::fputs(line.c_str(), stderr);
+  Log(LogLevel::kWarning,
+      absl::StrCat("audit: attach refused for pid=", conn.peer.pid,
+                   " uid=", conn.peer.uid, " gid=", conn.peer.gid, ": ", why));
 }
 
 void AttachServer::Run() {

@@ -122,7 +122,13 @@ class KvService::SessionReactor final
     v1::SessionResponse resp;
     absl::Status s = service_->env_.cache->OpenSession(
         open, peer_, resp.mutable_session());
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      Log(LogLevel::kWarning,
+          absl::StrCat("audit: session open refused for ", peer_, " (",
+                       open.client_name(), ", model '",
+                       open.namespace_().model(), "'): ", s.ToString()));
+      return s;
+    }
     const std::string id = resp.session().session_id();
     bool closed = false;
     {

@@ -1,5 +1,11 @@
 // radixkvd: the radixkv daemon. Parses flags, starts a Server, prints where
-// it listens, and drains on SIGTERM/SIGINT (exit 0). See docs/OPERATIONS.md.
+// it listens, and drains on SIGTERM/SIGINT. See docs/OPERATIONS.md.
+//
+// Exit codes: 0 stopped by SIGTERM/SIGINT after draining (or --help,
+// --version); 1 a runtime failure (an address in use, a resource the
+// machine lacks now); 2 a configuration error that a restart cannot fix
+// (a bad flag or value, a stray argument, a pool this machine cannot
+// serve). absl's own flag parser exits 1 on a flag it cannot parse.
 #include <grp.h>
 #include <malloc.h>
 #include <signal.h>
@@ -13,6 +19,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/internal/program_name.h"
 #include "absl/flags/internal/usage.h"
@@ -20,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -74,6 +82,9 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "on SIGTERM/SIGINT, how long in-flight calls may finish");
 
 namespace {
+
+constexpr int kExitConfig = 2;
+constexpr int kExitRuntime = 1;
 
 // Resolves --attach_allowed_gids entries (group names or numbers) to gids.
 absl::StatusOr<std::vector<gid_t>> ResolveGroups(
@@ -203,26 +214,49 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  // absl's parser exits 1 on an unknown flag; a misspelt flag is a
+  // configuration error (exit 2), so name it here first.
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
+      continue;
+    }
+    absl::string_view name = arg.substr(0, arg.find('='));
+    // absl's usage flags, which its parser handles itself.
+    if (name == "version" || absl::StartsWith(name, "help") ||
+        name == "only_check_args") {
+      continue;
+    }
+    if (absl::FindCommandLineFlag(name) == nullptr &&
+        !(absl::ConsumePrefix(&name, "no") &&
+          absl::FindCommandLineFlag(name) != nullptr)) {
+      std::fprintf(stderr,
+                   "radixkvd: unknown flag '%s' (see radixkvd --help)\n",
+                   argv[i]);
+      return kExitConfig;
+    }
+  }
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr,
                  "radixkvd: unexpected argument '%s' (radixkvd takes only "
                  "--flags; see radixkvd --help)\n",
                  positional[1]);
-    return 2;
+    return kExitConfig;
   }
   // Debian's Abseil checks every Mutex acquisition for lock-order cycles, and
   // gRPC's own mutexes are Abseil mutexes too, so the check would run on
   // every RPC's locks (docs/BENCHMARKS.md §5). Tests keep the check on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  if (!SetMallocTrimThreshold()) return 2;
+  if (!SetMallocTrimThreshold()) return kExitConfig;
   using radixkv::daemon::Log;
   using radixkv::daemon::LogLevel;
 
   auto level = radixkv::daemon::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
   if (!level.ok()) {
     std::fprintf(stderr, "radixkvd: %s\n", std::string(level.status().message()).c_str());
-    return 2;
+    return kExitConfig;
   }
   radixkv::daemon::SetLogLevel(*level);
 
@@ -239,13 +273,15 @@ int main(int argc, char** argv) {
   if (!o.ok()) {
     std::fprintf(stderr, "radixkvd: %s\n",
                  std::string(o.status().message()).c_str());
-    return 2;
+    return kExitConfig;
   }
   auto server = radixkv::daemon::Server::Start(*o);
   if (!server.ok()) {
     std::fprintf(stderr, "radixkvd: cannot start: %s\n",
                  server.status().ToString().c_str());
-    return 1;
+    // A flag this machine cannot serve will not work on a restart either.
+    return absl::IsInvalidArgument(server.status()) ? kExitConfig
+                                                    : kExitRuntime;
   }
   radixkv::daemon::Server& s = **server;
   PrintListening(*o, s);

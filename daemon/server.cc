@@ -129,6 +129,13 @@ absl::StatusOr<gpu::PoolSpec> CheckOptions(const ServerOptions& options) {
         absl::StrCat("--max_pool_pages=", options.cache.max_pool_pages,
                      ": must be in 1..", kNoPage - 1));
   }
+  // A pool this machine cannot serve is a configuration error, found now
+  // rather than by every session open.
+  if (absl::Status usable = gpu::CheckPoolUsable(*pool); !usable.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pool ", options.pool, ": cannot be served here: ",
+        usable.message()));
+  }
   if (pool->backend == gpu::Backend::kNone &&
       pool->pages > options.cache.max_pool_pages) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -151,6 +151,12 @@ class CudaPagePool final : public PagePool {
 
 }  // namespace
 
+absl::Status CheckCudaUsable(int device) {
+  absl::StatusOr<const CudaDriver*> driver = GetCudaDriver();
+  if (!driver.ok()) return driver.status();
+  return UseCudaDevice(**driver, device);
+}
+
 absl::StatusOr<std::unique_ptr<PagePool>> CreateCudaPagePool(
     const PoolSpec& spec, uint64_t page_bytes, uint64_t capacity) {
   absl::StatusOr<const CudaDriver*> driver = GetCudaDriver();

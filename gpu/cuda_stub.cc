@@ -9,6 +9,11 @@
 namespace radixkv::gpu {
 namespace internal {
 
+absl::Status CheckCudaUsable(int device) {
+  return absl::FailedPreconditionError(
+      "cuda pool: radixkv was built without CUDA (use --pool=host,bytes=...)");
+}
+
 absl::StatusOr<std::unique_ptr<PagePool>> CreateCudaPagePool(
     const PoolSpec& spec, uint64_t page_bytes, uint64_t capacity) {
   return absl::FailedPreconditionError(

@@ -262,6 +262,11 @@ absl::StatusOr<uint64_t> PagesPerChunk(uint64_t capacity, uint64_t page_bytes,
 
 }  // namespace internal
 
+absl::Status CheckPoolUsable(const PoolSpec& spec) {
+  if (spec.backend != Backend::kCuda) return absl::OkStatus();
+  return internal::CheckCudaUsable(spec.device);
+}
+
 absl::StatusOr<std::unique_ptr<PagePool>> CreatePagePool(const PoolSpec& spec,
                                                          uint64_t page_bytes) {
   if (spec.backend == Backend::kNone) {

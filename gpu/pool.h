@@ -83,6 +83,11 @@ class PagePool {
 // (the message names both sizes); FAILED_PRECONDITION for cuda with no driver
 // or device ("cuda pool: no CUDA driver/device: ..."); INTERNAL for a failed
 // allocation, with the errno/CUDA error text.
+// Whether this process can serve `spec` at all, checked before any page
+// size is known: host and none always; cuda when the build has CUDA and the
+// driver and device are usable. FAILED_PRECONDITION saying what is missing.
+absl::Status CheckPoolUsable(const PoolSpec& spec);
+
 absl::StatusOr<std::unique_ptr<PagePool>> CreatePagePool(const PoolSpec& spec,
                                                          uint64_t page_bytes);
 

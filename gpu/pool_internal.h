@@ -33,6 +33,10 @@ absl::StatusOr<std::unique_ptr<PagePool>> CreateHostPagePool(
     const PoolSpec& spec, uint64_t page_bytes, uint64_t capacity);
 
 // FAILED_PRECONDITION "built without CUDA" when the library was built
+// without the CUDA toolkit, or naming the missing driver or device.
+absl::Status CheckCudaUsable(int device);
+
+// FAILED_PRECONDITION "built without CUDA" when the library was built
 // without the CUDA toolkit.
 absl::StatusOr<std::unique_ptr<PagePool>> CreateCudaPagePool(
     const PoolSpec& spec, uint64_t page_bytes, uint64_t capacity);

@@ -220,6 +220,28 @@ TEST(DaemonProcessTest, HelpVersionAndStrayArguments) {
       << stray.output();
 }
 
+// Configuration errors exit 2 with one line, so a supervisor does not
+// restart into the same error: a misspelt flag, and a pool this machine
+// cannot serve (here: --pool=cuda where no CUDA device is usable).
+TEST(DaemonProcessTest, ConfigurationErrorsExitTwo) {
+  std::vector<std::string> args = DaemonArgs(TempSocketPath("typo"));
+  args.push_back("--pol=host,bytes=1GiB");
+  Child typo(RADIXKVD_PATH, args);
+  EXPECT_EQ(typo.Wait(), 2) << typo.output();
+  EXPECT_TRUE(absl::StrContains(typo.output(), "unknown flag '--pol="))
+      << typo.output();
+
+  Child cuda(RADIXKVD_PATH, DaemonArgs(TempSocketPath("cuda"),
+                                       "cuda,device=0,bytes=256MiB"));
+  if (cuda.WaitForOutput("radixkvd: ready", 10)) {
+    GTEST_SKIP() << "a CUDA device is usable here: the cuda pool serves";
+  }
+  EXPECT_EQ(cuda.Wait(), 2) << cuda.output();
+  EXPECT_TRUE(absl::StrContains(cuda.output(), "cannot be served here"))
+      << cuda.output();
+  EXPECT_FALSE(absl::StrContains(cuda.output(), "ready")) << cuda.output();
+}
+
 TEST(DaemonProcessTest, KilledWorkerReleasesItsWritingPages) {
   const std::string socket = TempSocketPath("kill");
   Child daemon(RADIXKVD_PATH, DaemonArgs(socket, "host,bytes=64KiB"));

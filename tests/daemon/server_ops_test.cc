@@ -226,6 +226,41 @@ TEST_F(ServerTest, BadInputReachesTheClientWithItsDetail) {
       << after.DebugString();
 }
 
+// Clear, Evict and a refused session open each leave one audit line naming
+// the peer and how much was done.
+TEST_F(ServerTest, AdminActionsAndRefusalsAreAudited) {
+  StartServer();
+  SessionStream session(kv_.get(), TestNamespace());
+  ASSERT_TRUE(session.ok());
+  Insert(session.id(), Tokens(16, 70));
+  ::testing::internal::CaptureStderr();
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    v1::EvictRequest req;
+    req.set_pages(1);
+    v1::EvictResponse resp;
+    ASSERT_TRUE(admin_->Evict(&ctx, req, &resp).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    v1::ClearResponse resp;
+    ASSERT_TRUE(admin_->Clear(&ctx, v1::ClearRequest(), &resp).ok());
+  }
+  v1::Namespace other = TestNamespace();
+  other.set_num_layers(3);  // other page_bytes: refused
+  SessionStream refused(kv_.get(), other);
+  EXPECT_FALSE(refused.ok());
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("audit: Evict from unix:"), std::string::npos) << log;
+  EXPECT_NE(log.find("asked 1 pages, evicted 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("audit: Clear from unix:"), std::string::npos) << log;
+  EXPECT_NE(log.find("removed 3 blocks"), std::string::npos) << log;
+  EXPECT_NE(log.find("audit: session open refused for"), std::string::npos)
+      << log;
+}
+
 TEST_F(ServerTest, ExpiredLeaseIsNotFoundAndSwept) {
   StartServer([](daemon::ServerOptions& o) {
     o.cache.sessions.lease_ttl = absl::Milliseconds(200);
