@@ -9,6 +9,7 @@
 #include <grp.h>
 #include <malloc.h>
 #include <signal.h>
+#include <systemd/sd-daemon.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -285,10 +286,14 @@ int main(int argc, char** argv) {
   }
   radixkv::daemon::Server& s = **server;
   PrintListening(*o, s);
+  // Under systemd (Type=notify) the unit turns active only now; elsewhere
+  // NOTIFY_SOCKET is unset and this does nothing.
+  sd_notify(0, "READY=1");
 
   int sig = 0;
   sigwait(&signals, &sig);
   Log(LogLevel::kInfo, absl::StrCat("signal ", sig, ": draining"));
+  sd_notify(0, "STOPPING=1");
   s.Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
   server->reset();
   Log(LogLevel::kInfo, "stopped");

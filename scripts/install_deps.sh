@@ -10,20 +10,38 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libxxhash-dev prometheus-cpp-dev grpc-proto
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
+  libsystemd-dev
   # tests and tools: promtool, python (vectors, simulation), redis + h2load (benchmarks)
   prometheus python3 python3-grpcio python3-protobuf python3-xxhash
   python3-numpy python3-pytest python3-torch
   redis-server redis-tools nghttp2-client curl procps valgrind
 )
 
-# buf (a generic gRPC client: `buf curl`) comes from npm; the reflection test
-# uses it. Installed under /usr/local when npm is there; skipped otherwise.
+# From npm (Debian has neither), when npm is there; skipped otherwise, and the
+# tests that need them report Skipped:
+#  - buf, a generic gRPC client (`buf curl`), under /usr/local; the reflection
+#    test uses it;
+#  - the Kubernetes and Prometheus Operator schemas (kubernetes-models, with
+#    the yaml parser) under /usr/local/lib/radixkv-k8s-schemas;
+#    tests/deploy/k8s_validate.sh validates deploy/kubernetes with them.
 install_buf() {
-  command -v buf >/dev/null 2>&1 && return 0
   command -v npm >/dev/null 2>&1 || return 0
-  echo "install_deps: installing buf (npm @bufbuild/buf)" >&2
-  npm install -g --silent --prefix /usr/local @bufbuild/buf@1.75.0 >/dev/null 2>&1 ||
-    echo "install_deps: npm could not install buf; its test will be skipped" >&2
+  if ! command -v buf >/dev/null 2>&1; then
+    echo "install_deps: installing buf (npm @bufbuild/buf)" >&2
+    npm install -g --silent --prefix /usr/local @bufbuild/buf@1.75.0 >/dev/null 2>&1 ||
+      echo "install_deps: npm could not install buf; its test will be skipped" >&2
+  fi
+  local k8s_dir=/usr/local/lib/radixkv-k8s-schemas
+  local k8s_pkgs=(kubernetes-models@5.1.0 @kubernetes-models/prometheus-operator@6.0.0 yaml@2.9.1)
+  if [ "$(cat "$k8s_dir/installed" 2>/dev/null)" != "${k8s_pkgs[*]}" ]; then
+    echo "install_deps: installing Kubernetes schemas (npm ${k8s_pkgs[*]}) in $k8s_dir" >&2
+    if npm install --silent --no-audit --no-fund --no-package-lock --prefix "$k8s_dir" \
+         "${k8s_pkgs[@]}" >/dev/null 2>&1; then
+      echo "${k8s_pkgs[*]}" > "$k8s_dir/installed"
+    else
+      echo "install_deps: npm could not install the Kubernetes schemas; k8s_validate will be skipped" >&2
+    fi
+  fi
 }
 
 missing=()

@@ -242,6 +242,36 @@ TEST(DaemonProcessTest, ConfigurationErrorsExitTwo) {
   EXPECT_FALSE(absl::StrContains(cuda.output(), "ready")) << cuda.output();
 }
 
+// Under systemd's Type=notify the daemon says READY=1 on $NOTIFY_SOCKET once
+// it serves, and STOPPING=1 when it starts draining.
+TEST(DaemonProcessTest, NotifiesReadinessAndStopping) {
+  const std::string path = TempSocketPath("notify");
+  ::unlink(path.c_str());
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ::setenv("NOTIFY_SOCKET", path.c_str(), 1);
+  Child daemon(RADIXKVD_PATH, DaemonArgs(TempSocketPath("notified")));
+  ::unsetenv("NOTIFY_SOCKET");
+  auto receive = [fd]() {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 30000) <= 0) return std::string();
+    char buf[256];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    return n > 0 ? std::string(buf, n) : std::string();
+  };
+  EXPECT_TRUE(absl::StrContains(receive(), "READY=1"));
+  EXPECT_TRUE(daemon.WaitForOutput("radixkvd: ready", 30)) << daemon.output();
+  ::kill(daemon.pid(), SIGTERM);
+  EXPECT_TRUE(absl::StrContains(receive(), "STOPPING=1"));
+  EXPECT_EQ(daemon.Wait(), 0) << daemon.output();
+  ::close(fd);
+  ::unlink(path.c_str());
+}
+
 TEST(DaemonProcessTest, KilledWorkerReleasesItsWritingPages) {
   const std::string socket = TempSocketPath("kill");
   Child daemon(RADIXKVD_PATH, DaemonArgs(socket, "host,bytes=64KiB"));
