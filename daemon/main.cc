@@ -38,7 +38,7 @@
 
 // The four normative flags (docs/CONTRACTS.md §5): names, meanings and
 // defaults are fixed.
-ABSL_FLAG(std::string, socket, radixkv::DefaultSocketPath(),
+ABSL_FLAG(std::string, socket, radixkv::DaemonDefaultSocketPath(),
           "gRPC Unix socket (mode 0660); the attach socket sits beside it");
 ABSL_FLAG(std::string, listen_tcp, "",
           "also serve gRPC on HOST:PORT (empty: off)");

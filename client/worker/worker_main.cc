@@ -233,6 +233,7 @@ CLI::App* AddRunCommand(CLI::App& app, RunFlags* f) {
   cmd->add_option("--endpoint", f->endpoint,
                   "radixkvd endpoint, as radixkvctl's (default: the\n"
                   "daemon's default socket)")
+      ->envname("RADIXKVCTL_ENDPOINT")
       ->type_name("E")
       ->group("Daemon");
   cmd->add_option("--timeout", f->timeout, "deadline of each call, e.g. 5s")

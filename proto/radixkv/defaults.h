@@ -11,9 +11,25 @@
 
 namespace radixkv {
 
+// The system daemon's directory: systemd's RuntimeDirectory=radixkv and the
+// Kubernetes DaemonSet's hostPath. Its socket is <dir>/radixkvd.sock.
+inline constexpr char kSystemRuntimeDir[] = "/run/radixkv";
+
 // The per-user gRPC socket: $XDG_RUNTIME_DIR/radixkv/radixkvd.sock when
 // XDG_RUNTIME_DIR is set, else /tmp/radixkv-<uid>/radixkvd.sock.
-std::string DefaultSocketPath();
+std::string UserSocketPath();
+
+// Where clients (the client libraries, radixkvctl, radixkv-worker) look for
+// the daemon when no endpoint is given: <system_dir>/radixkvd.sock when that
+// socket exists (a system daemon runs), else UserSocketPath().
+std::string DefaultSocketPath(const std::string& system_dir = kSystemRuntimeDir);
+
+// Where radixkvd listens when --socket is not given: <system_dir>/
+// radixkvd.sock when that directory exists and this process may create
+// files in it (the system daemon), else UserSocketPath(). So a daemon and
+// its clients meet at the same default in either deployment.
+std::string DaemonDefaultSocketPath(
+    const std::string& system_dir = kSystemRuntimeDir);
 
 // The attach socket beside a gRPC socket: "<dir>/<name>.attach" with a
 // trailing ".sock" of <name> replaced (radixkvd.sock -> radixkvd.attach.sock).

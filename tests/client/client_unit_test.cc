@@ -1,5 +1,11 @@
 // Client library tests that need no daemon: status mapping, endpoints,
 // option validation, and degrade-to-miss when nothing listens.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -55,6 +61,29 @@ TEST(GrpcTargetForEndpoint, Forms) {
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(t.status().message().find("endpoint"), absl::string_view::npos);
   }
+}
+
+// One default for a whole deployment: clients use the system daemon's
+// socket when it exists; the daemon listens there when it may create it;
+// otherwise both use the per-user socket.
+TEST(DefaultSocketPath, SystemSocketWhenThereElsePerUser) {
+  char dir_template[] = "/tmp/rkvdefXXXXXX";
+  const std::string dir = ::mkdtemp(dir_template);
+  ASSERT_FALSE(dir.empty());
+  EXPECT_EQ(DefaultSocketPath(dir), UserSocketPath());
+  EXPECT_EQ(DaemonDefaultSocketPath(dir), dir + "/radixkvd.sock");
+  EXPECT_EQ(DaemonDefaultSocketPath(dir + "/missing"), UserSocketPath());
+  // A socket file makes it the clients' default too.
+  const std::string sock = dir + "/radixkvd.sock";
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, sock.data(), sock.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(DefaultSocketPath(dir), sock);
+  ::close(fd);
+  ::unlink(sock.c_str());
+  ::rmdir(dir.c_str());
 }
 
 NamespaceSpec TestNamespace() {

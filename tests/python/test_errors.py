@@ -150,3 +150,19 @@ def test_client_refuses_bad_options():
         radixkv.Client("/nonexistent.sock", namespace=SMALL, release_delay=-1)
     with pytest.raises(TypeError):
         radixkv.Client("/nonexistent.sock", namespace=None)
+
+
+def test_default_socket_follows_the_system_daemon(tmp_path, monkeypatch):
+    """The same choice as the C++ client: the system socket when it exists,
+    else the per-user one."""
+    import socket as socketlib
+    from radixkv.client import default_socket_path, user_socket_path
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg"))
+    assert default_socket_path(str(tmp_path)) == user_socket_path()
+    assert user_socket_path() == str(tmp_path / "xdg" / "radixkv" / "radixkvd.sock")
+    sock = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    try:
+        sock.bind(str(tmp_path / "radixkvd.sock"))
+        assert default_socket_path(str(tmp_path)) == str(tmp_path / "radixkvd.sock")
+    finally:
+        sock.close()

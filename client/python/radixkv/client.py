@@ -34,6 +34,7 @@ time; different Leases are independent. A Lease may outlive its Client
 (ending it is then a no-op: closing the client ended the session).
 """
 import os
+import stat
 from typing import List, Optional, Sequence, Union
 
 import grpc
@@ -46,6 +47,7 @@ from radixkv.keys import (BlockHasher, NamespaceSpec, as_token_array,
                           compute_block_keys, namespace_root)
 
 __all__ = ["Client", "Lease", "ClientState", "grpc_target", "default_socket_path",
+           "user_socket_path",
            "validate_namespace"]
 
 # AcquireRequest.release_leases holds at most this many ids.
@@ -53,13 +55,30 @@ MAX_RELEASE_LEASES = 64
 _U4 = np.dtype("<u4")
 
 
-def default_socket_path() -> str:
-    """The daemon's default socket: $XDG_RUNTIME_DIR/radixkv/radixkvd.sock,
-    else /tmp/radixkv-<uid>/radixkvd.sock."""
+SYSTEM_RUNTIME_DIR = "/run/radixkv"
+
+
+def user_socket_path() -> str:
+    """The per-user socket: $XDG_RUNTIME_DIR/radixkv/radixkvd.sock, else
+    /tmp/radixkv-<uid>/radixkvd.sock."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime:
         return runtime + "/radixkv/radixkvd.sock"
     return f"/tmp/radixkv-{os.getuid()}/radixkvd.sock"
+
+
+def default_socket_path(system_dir: str = SYSTEM_RUNTIME_DIR) -> str:
+    """Where the daemon is looked for when no endpoint is given, as the C++
+    client, radixkvctl and radixkv-worker choose it: the system daemon's
+    socket <system_dir>/radixkvd.sock when it exists, else the per-user
+    socket."""
+    system = system_dir + "/radixkvd.sock"
+    try:
+        if stat.S_ISSOCK(os.stat(system).st_mode):
+            return system
+    except OSError:
+        pass
+    return user_socket_path()
 
 
 def grpc_target(endpoint: Optional[str] = None) -> str:
