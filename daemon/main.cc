@@ -5,7 +5,7 @@
 // --version); 1 a runtime failure (an address in use, a resource the
 // machine lacks now); 2 a configuration error that a restart cannot fix
 // (a bad flag or value, a stray argument, a pool this machine cannot
-// serve). absl's own flag parser exits 1 on a flag it cannot parse.
+// serve).
 #include <grp.h>
 #include <malloc.h>
 #include <signal.h>
@@ -223,18 +223,30 @@ int main(int argc, char** argv) {
     if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
       continue;
     }
-    absl::string_view name = arg.substr(0, arg.find('='));
+    const size_t eq = arg.find('=');
+    absl::string_view name = arg.substr(0, eq);
     // absl's usage flags, which its parser handles itself.
     if (name == "version" || absl::StartsWith(name, "help") ||
         name == "only_check_args") {
       continue;
     }
-    if (absl::FindCommandLineFlag(name) == nullptr &&
-        !(absl::ConsumePrefix(&name, "no") &&
-          absl::FindCommandLineFlag(name) != nullptr)) {
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::ConsumePrefix(&name, "no")) {
+      flag = absl::FindCommandLineFlag(name);
+    }
+    if (flag == nullptr) {
       std::fprintf(stderr,
                    "radixkvd: unknown flag '%s' (see radixkvd --help)\n",
                    argv[i]);
+      return kExitConfig;
+    }
+    // A value that does not parse (--lease_ttl=soon) is a configuration
+    // error too. Parsing it here sets the flag, as absl's parser will again.
+    std::string error;
+    if (eq != absl::string_view::npos &&
+        !flag->ParseFrom(arg.substr(eq + 1), &error)) {
+      std::fprintf(stderr, "radixkvd: --%s: %s\n",
+                   std::string(name).c_str(), error.c_str());
       return kExitConfig;
     }
   }

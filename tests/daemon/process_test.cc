@@ -221,8 +221,8 @@ TEST(DaemonProcessTest, HelpVersionAndStrayArguments) {
 }
 
 // Configuration errors exit 2 with one line, so a supervisor does not
-// restart into the same error: a misspelt flag, and a pool this machine
-// cannot serve (here: --pool=cuda where no CUDA device is usable).
+// restart into the same error: a misspelt flag, a value that does not
+// parse, and a pool this machine cannot serve (here: --pool=cuda where no CUDA device is usable).
 TEST(DaemonProcessTest, ConfigurationErrorsExitTwo) {
   std::vector<std::string> args = DaemonArgs(TempSocketPath("typo"));
   args.push_back("--pol=host,bytes=1GiB");
@@ -230,6 +230,11 @@ TEST(DaemonProcessTest, ConfigurationErrorsExitTwo) {
   EXPECT_EQ(typo.Wait(), 2) << typo.output();
   EXPECT_TRUE(absl::StrContains(typo.output(), "unknown flag '--pol="))
       << typo.output();
+  std::vector<std::string> bad_value = DaemonArgs(TempSocketPath("value"));
+  bad_value.push_back("--lease_ttl=soon");
+  Child value(RADIXKVD_PATH, bad_value);
+  EXPECT_EQ(value.Wait(), 2) << value.output();
+  EXPECT_TRUE(absl::StrContains(value.output(), "--lease_ttl")) << value.output();
 
   Child cuda(RADIXKVD_PATH, DaemonArgs(TempSocketPath("cuda"),
                                        "cuda,device=0,bytes=256MiB"));
