@@ -6,11 +6,17 @@
 #   1. configure a CUDA build (sm_90) in $BUILD (default build-gpu-check,
 #      type $BUILD_TYPE, default Release)
 #   2. build only the GPU-relevant targets with -j$JOBS (default 16)
-#   3. ctest -L gpu --output-on-failure (CUDA kernels vs the CPU oracles,
-#      CUDA model vs CPU model, cuda pool export/import), plus the CPU
-#      attention oracle against its double-precision reference
-#   4. gpu_bench (copy_pages / offload / write_kv / attention, JSON lines)
-#   5. radixkv-worker bench --device cuda for the small and base models with
+#   3. ctest -L gpu -LE python --output-on-failure (CUDA kernels vs the CPU
+#      oracles, CUDA model vs CPU model, cuda pool export/import), plus the
+#      CPU attention oracle against its double-precision reference
+#   4. the Python package on a cuda pool (tests/python/test_pool_cuda.py:
+#      radixkvd --pool=cuda, pages written through torch CUDA tensors and
+#      read by a second Python process) under the first python3 that has
+#      torch with CUDA, grpcio, protobuf, numpy, xxhash and pytest
+#      ($PYTHON, else python3 on PATH, else /usr/bin/python3); skipped, and
+#      said so, where there is none
+#   5. gpu_bench (copy_pages / offload / write_kv / attention, JSON lines)
+#   6. radixkv-worker bench --device cuda for the small and base models with
 #      ~90 % of the prompt cached (and the CPU for comparison)
 #
 # Everything goes to stdout and, when $OUT is set, to $OUT/gpu_check.log.
@@ -69,7 +75,8 @@ fi
 
 section "build (GPU-relevant targets, -j$JOBS)"
 WANT=(radixkv_gpu radixkv_worker radixkv-worker kernels_cuda_test
-      model_cuda_test radixkv_cuda_pool_test attention_cpu_test gpu_bench)
+      model_cuda_test radixkv_cuda_pool_test attention_cpu_test gpu_bench
+      radixkvd radixkvctl radixkv_python)
 AVAILABLE="$(cmake --build "$BUILD" --target help 2>/dev/null)"
 TARGETS=()
 for t in "${WANT[@]}"; do
@@ -86,15 +93,44 @@ if ! cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}"; then
 fi
 echo "build: $((SECONDS - t0)) s"
 
-section "ctest -L gpu"
-# Each binary runs on its own to keep the GPU free of contention.
-if ! (cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 300); then
+section "ctest -L gpu -LE python"
+# Each binary runs on its own to keep the GPU free of contention. The Python
+# gpu test runs in its own section below, under a python3 that has torch.
+if ! (cd "$BUILD" && ctest -L gpu -LE python --output-on-failure --timeout 300); then
   fail "a gpu test failed"
 fi
 
 section "attention CPU oracle vs double reference"
 if [[ -x "$BUILD/tests/gpu/attention_cpu_test" ]]; then
   "$BUILD/tests/gpu/attention_cpu_test" --gtest_brief=1 || fail "attention_cpu_test"
+fi
+
+section "python: radixkv on a cuda pool (tests/python/test_pool_cuda.py)"
+PY=""
+for candidate in ${PYTHON:-} python3 /usr/bin/python3; do
+  command -v "$candidate" >/dev/null 2>&1 || continue
+  if "$candidate" - <<'PYCHECK' >/dev/null 2>&1; then
+import grpc, google.protobuf, numpy, xxhash, pytest, torch
+assert torch.cuda.is_available()
+PYCHECK
+    PY="$(command -v "$candidate")"
+    break
+  fi
+done
+if [[ ! -f "$BUILD/python/radixkv/_pb/radixkv/v1/radixkv_pb2.py" ||
+      ! -x "$BUILD/daemon/radixkvd" ]]; then
+  fail "radixkvd or the Python package (target radixkv_python) was not built"
+elif [[ -z "$PY" ]]; then
+  echo "skipped: no python3 here has torch with CUDA, grpcio, protobuf, numpy, xxhash and pytest"
+  "${PYTHON:-python3}" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" 2>&1 || true
+else
+  echo "python: $PY ($("$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)'))"
+  if ! (cd "$BUILD" && timeout 300 env PYTHONPATH="$BUILD/python" PYTHONDONTWRITEBYTECODE=1 \
+        RADIXKVD="$BUILD/daemon/radixkvd" RADIXKVCTL="$BUILD/client/radixkvctl" \
+        RADIXKV_WORKER="$BUILD/client/worker/radixkv-worker" \
+        "$PY" -m pytest -v -rs -p no:cacheprovider "$ROOT/tests/python/test_pool_cuda.py"); then
+    fail "tests/python/test_pool_cuda.py"
+  fi
 fi
 
 section "gpu_bench"

@@ -1,6 +1,8 @@
 """radixkv.pool against real radixkvd child processes: the attach protocol,
 zero-copy page views, bytes shared with a second process, and the errors
-of a refused, missing or cuda pool."""
+of a refused or missing pool and of a cuda pool without the NVIDIA driver
+(the cuda backend itself: test_pool_cuda.py)."""
+import ctypes
 import dataclasses
 import json
 import os
@@ -13,6 +15,7 @@ import numpy as np
 import pytest
 
 import radixkv
+from radixkv import _cuda as radixkv_cuda
 from radixkv import pb
 
 from rkv_testutil import SMALL, assert_no_leaks
@@ -103,6 +106,51 @@ def test_many_chunks(daemon_factory):
     assert_no_leaks(d, sessions=0)
 
 
+def test_gather_and_batched_views(daemon_factory):
+    # 64 KiB chunks of 128 pages: a 300-block prompt spans 3+ chunks.
+    d = daemon_factory(pool="host,bytes=1MiB,chunk_bytes=64KiB")
+    with radixkv.Client(d.sock, namespace=SMALL, attach_pool=True, initial_wait=10) as c:
+        pool = c.pool
+        with c.acquire(list(range(1, 4 * 300 + 1))) as lease:
+            for j in range(300):
+                fill(lease.page_array(j), seed=j)
+            lease.commit(release=False)
+            rng = np.random.default_rng(7)
+            for pages in (lease.pages, lease.pages[::-1], list(rng.permutation(lease.pages)),
+                          lease.pages[5:6], []):
+                want = np.stack([pool.page_array(p, SMALL) for p in pages]) if pages else \
+                    np.empty((0,) + SMALL.page_shape, np.float16)
+                got = pool.gather(pages, SMALL)
+                assert got.shape == want.shape and got.dtype == np.float16
+                assert got.flags.c_contiguous and got.base is None  # a copy
+                assert (got == want).all()
+                views = pool.page_arrays(pages, SMALL)
+                assert len(views) == len(pages)
+                for v, p in zip(views, pages):
+                    assert v.shape == SMALL.page_shape and v.flags.writeable
+                    assert v.__array_interface__["data"][0] == \
+                        pool.page_array(p, SMALL).__array_interface__["data"][0]  # no copy
+            out = np.zeros((300,) + SMALL.page_shape, np.float16)
+            assert pool.gather(lease.pages, SMALL, out=out) is out
+            assert (out == np.stack(pool.page_arrays(lease.pages, SMALL))).all()
+            with pytest.raises(ValueError):
+                pool.gather(lease.pages, SMALL, out=out[:10])
+            with pytest.raises(IndexError):
+                pool.gather([0, pool.capacity_pages], SMALL)
+            torch = pytest.importorskip("torch")
+            t = pool.gather_tensor(lease.pages, SMALL)
+            assert t.dtype == torch.float16 and tuple(t.shape) == (300,) + SMALL.page_shape
+            assert (t.numpy() == out).all()
+            bf16 = dataclasses.replace(SMALL, dtype="bf16")
+            tb = pool.gather_tensor(lease.pages[:3], bf16)
+            assert tb.dtype == torch.bfloat16
+            assert (tb.view(torch.int16).numpy().view(np.uint16) ==
+                    pool.gather(lease.pages[:3], bf16)).all()
+            with pytest.raises(ValueError):
+                pool.gather_tensor(lease.pages, SMALL, out=torch.empty(3))
+    assert_no_leaks(d, sessions=0)
+
+
 def test_dtype_views_and_torch(daemon_factory):
     spec = dataclasses.replace(SMALL, model="bf16", dtype="bf16")
     d = daemon_factory()
@@ -186,20 +234,43 @@ class FakeAttachServer:
         os.unlink(self.path)
 
 
-def test_cuda_pool_is_a_clear_error(tmp_path):
-    fd = os.memfd_create("rkpy-fake-chunk")
-    os.ftruncate(fd, 4096)
+def memfds_named(name):
+    """How many of this process's descriptors are memfds named `name`."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith(f"/memfd:{name} ")
+        except OSError:
+            pass  # closed meanwhile (listdir's own descriptor, say)
+    return n
+
+
+def test_cuda_pool_is_a_clear_error(tmp_path, monkeypatch):
+    # Without the NVIDIA driver's libcuda.so.1 (as on a machine with no GPU;
+    # where it is installed, a path that does not exist stands in for it).
+    try:
+        ctypes.CDLL(radixkv_cuda.LIBCUDA)
+        monkeypatch.setattr(radixkv_cuda, "LIBCUDA", str(tmp_path / "absent" / "libcuda.so.1"))
+    except OSError:
+        pass
     reply = pb.AttachResponse(backend="cuda", page_bytes=512, pages_per_chunk=8,
                               capacity_pages=8, device=0,
                               chunks=[pb.AttachChunk(bytes=4096)]).SerializeToString()
-    server = FakeAttachServer(str(tmp_path / "cuda.attach.sock"), reply, [fd])
-    try:
-        with pytest.raises(radixkv.AttachError) as e:
-            radixkv.attach(server.path, "s", timeout=5)
-        assert e.value.message.startswith("cuda pool: ")
-        assert e.value.code.name == "FAILED_PRECONDITION"
-    finally:
-        server.close()
+    for _ in range(3):
+        fd = os.memfd_create("rkpy-fake-cuda-reply")
+        os.ftruncate(fd, 4096)
+        server = FakeAttachServer(str(tmp_path / "cuda.attach.sock"), reply, [fd])
+        try:
+            with pytest.raises(radixkv.AttachError) as e:
+                radixkv.attach(server.path, "s", timeout=5)
+            assert e.value.message.startswith("cuda pool: ")
+            assert e.value.code.name == "FAILED_PRECONDITION"
+            assert "libcuda.so.1" in e.value.message and "NVIDIA driver" in e.value.message
+            assert "cannot be loaded" in e.value.message, e.value
+        finally:
+            server.close()
+        # Only our own descriptor is left: the received one was closed.
+        assert memfds_named("rkpy-fake-cuda-reply") == 1
         os.close(fd)
 
 

@@ -297,20 +297,25 @@ class Lease:
             raise IndexError(f"page index {i} is outside 0 .. {len(self.pages) - 1}")
         return self.pages[i]
 
-    def page(self, i: int) -> memoryview:
-        """The bytes of pages[i] in the mapped pool (no copy)."""
+    def page(self, i: int):
+        """pages[i] in the mapped pool, without a copy: a memoryview of its
+        bytes for a host pool, a radixkv.pool.CudaArray for a cuda pool."""
         page = self._page(i)
         return self._pool.page(page)
 
-    def page_array(self, i: int) -> np.ndarray:
-        """pages[i] as a NumPy array shaped (num_layers, 2, num_kv_heads,
-        page_size, head_dim) in the namespace's dtype, sharing the pool's
-        memory (radixkv.pool.Pool.page_array). Valid while the lease is."""
+    def page_array(self, i: int):
+        """pages[i] shaped (num_layers, 2, num_kv_heads, page_size, head_dim)
+        in the namespace's dtype, sharing the pool's memory: a NumPy array
+        for a host pool (radixkv.pool.Pool.page_array), a CudaArray
+        (__cuda_array_interface__) for a cuda pool. Valid while the lease
+        is."""
         page = self._page(i)
         return self._pool.page_array(page, self._spec)
 
     def page_tensor(self, i: int):
-        """pages[i] as a torch tensor of the same shape (torch.frombuffer)."""
+        """pages[i] as a torch tensor of the same shape, sharing the pool's
+        memory: a CPU tensor for a host pool, a CUDA tensor for a cuda
+        pool."""
         page = self._page(i)
         return self._pool.page_tensor(page, self._spec)
 
