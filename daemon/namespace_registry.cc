@@ -10,6 +10,24 @@
 
 namespace radixkv::daemon {
 
+namespace {
+
+// A namespace whose page size in bytes is not the pool's; `whose` says who
+// fixed the pool's.
+absl::Status PageBytesMismatch(uint64_t page_bytes, uint64_t pool_bytes,
+                               absl::string_view whose) {
+  return FieldError(
+      absl::StatusCode::kFailedPrecondition, "namespace",
+      v1::ERROR_REASON_INVALID,
+      absl::StrCat("page_bytes ", page_bytes,
+                   " (num_layers x 2 x num_kv_heads x page_size x head_dim x "
+                   "dtype bytes) differs from the pool's page_bytes ",
+                   pool_bytes, ", ", whose,
+                   "; run another radixkvd for this layout"));
+}
+
+}  // namespace
+
 NamespaceRegistry::NamespaceRegistry(const RegistryOptions& options)
     : options_(options) {}
 
@@ -31,15 +49,12 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::Bind(
                                      : (page_bytes != 0 && pool_bytes != 0 &&
                                         page_bytes != pool_bytes);
   if (mismatch) {
-    return FieldError(
-        absl::StatusCode::kFailedPrecondition, "namespace",
-        v1::ERROR_REASON_INVALID,
-        absl::StrCat("page_bytes ", page_bytes,
-                     " (num_layers x 2 x num_kv_heads x page_size x head_dim "
-                     "x dtype bytes) differs from the pool's page_bytes ",
-                     pool_bytes, ", fixed by the first namespace bound to it "
-                     "(model '", first_model_,
-                     "'); run another radixkvd for this layout"));
+    return PageBytesMismatch(
+        page_bytes, pool_bytes,
+        options_.pool.page_bytes != 0
+            ? std::string("set by --pool ... page_bytes=")
+            : absl::StrCat("fixed by the first namespace bound to it (model '",
+                           first_model_, "')"));
   }
   absl::StatusOr<NamespaceId> id = tree_owner_->RegisterNamespace(spec);
   if (!id.ok()) {
@@ -54,13 +69,8 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::Bind(
 absl::Status NamespaceRegistry::CheckFirstLayout(uint64_t page_bytes) const {
   const gpu::PoolSpec& pool = options_.pool;
   if (pool.page_bytes != 0 && page_bytes != pool.page_bytes) {
-    return FieldError(
-        absl::StatusCode::kFailedPrecondition, "namespace",
-        v1::ERROR_REASON_INVALID,
-        absl::StrCat("page_bytes ", page_bytes,
-                     " (num_layers x 2 x num_kv_heads x page_size x head_dim "
-                     "x dtype bytes) differs from the pool's page_bytes ",
-                     pool.page_bytes, " (--pool ... page_bytes=)"));
+    return PageBytesMismatch(page_bytes, pool.page_bytes,
+                             "set by --pool ... page_bytes=");
   }
   const uint64_t pages = pool.backend == gpu::Backend::kNone
                              ? pool.pages

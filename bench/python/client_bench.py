@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+from bench_daemon import start_daemon
+
 PAGE_SIZE = 16
 BLOCKS = 128
 
@@ -51,23 +53,6 @@ def parse_args():
                    help="seconds per key-hashing measurement")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args()
-
-
-def start_daemon(radixkvd, sock):
-    log = open(sock + ".log", "w")
-    proc = subprocess.Popen([radixkvd, "--socket=" + sock, "--metrics_listen=",
-                             "--pool=none,pages=100000"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        with open(sock + ".log") as f:
-            if "radixkvd: ready" in f.read():
-                return proc, log
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("radixkvd did not start; see " + sock + ".log")
 
 
 def run_cpp(replay, sock, trace):
@@ -142,7 +127,8 @@ def run_rounds(args, build, tmp, radixkv, spec, tokens, token_list):
     with open(trace, "w") as f:
         line = json.dumps({"timestamp": 0, "hash_ids": list(range(BLOCKS))})
         f.write((line + "\n") * args.requests)
-    proc, log = start_daemon(os.path.join(build, "daemon", "radixkvd"), sock)
+    proc, log = start_daemon(os.path.join(build, "daemon", "radixkvd"), sock,
+                              "none,pages=100000")
     rounds = []
     client = None
     try:

@@ -51,6 +51,8 @@ import sys
 import tempfile
 import time
 
+from bench_daemon import start_daemon
+
 PAGE_SIZE = 16
 TOKENS = 2048
 
@@ -65,23 +67,6 @@ def parse_args():
                    help="cached prompts the cold mode takes in turn (8 MiB each)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p.parse_args()
-
-
-def start_daemon(radixkvd, sock):
-    log = open(sock + ".log", "w")
-    proc = subprocess.Popen([radixkvd, "--socket=" + sock, "--metrics_listen=",
-                             "--pool=host,bytes=256MiB"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        with open(sock + ".log") as f:
-            if "radixkvd: ready" in f.read():
-                return proc, log
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("radixkvd did not start; see " + sock + ".log")
 
 
 def time_rounds(cases, reps, rounds):
@@ -185,7 +170,7 @@ def run(args, radixkvd, tmp, np, torch, radixkv):
     spec = radixkv.NamespaceSpec(model="page-read-bench", num_layers=4, num_kv_heads=4,
                                  head_dim=64, page_size=PAGE_SIZE, dtype="fp16")
     sock = os.path.join(tmp, "radixkvd.sock")
-    proc, log = start_daemon(radixkvd, sock)
+    proc, log = start_daemon(radixkvd, sock, "host,bytes=256MiB")
     try:
         with radixkv.Client(sock, namespace=spec, attach_pool=True, initial_wait=10) as c:
             pool = c.pool
