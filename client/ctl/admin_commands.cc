@@ -178,6 +178,7 @@ void PrintTree(const v1::DumpTreeResponse& resp, std::ostream& out) {
               ShortNs(n.namespace_id())});
   }
   t.Print(out);
+  if (!Headers(out)) return;
   out << "(" << resp.nodes_size() << " of " << resp.total_nodes()
       << " cached blocks shown"
       << (resp.truncated() ? "; raise --limit for more" : "") << ")\n";
@@ -373,10 +374,12 @@ std::vector<Command> AdminCommands() {
        {}, RunQuery<&Admin::Stub::GetStats, PrintStats>},
       {"namespaces", state,
        "List namespaces (model, layout, tenant) and their cached blocks", "",
-       "radixkvctl namespaces", "", {},
+       "radixkvctl namespaces\n"
+       "radixkvctl namespaces --no-headers | awk '{print $1}'",
+       "", {NoHeadersFlag()},
        RunQuery<&Admin::Stub::ListNamespaces, PrintNamespaces>},
       {"sessions", state, "List worker sessions with their leases and age", "",
-       "radixkvctl sessions -o json", "", {},
+       "radixkvctl sessions -o json", "", {NoHeadersFlag()},
        RunQuery<&Admin::Stub::ListSessions, PrintSessions>},
       {"tree", contents,
        "Show the top of the radix tree: shallowest blocks first", "",
@@ -385,7 +388,8 @@ std::vector<Command> AdminCommands() {
        "Columns: key prefix, depth (block index in its prompt), page, refcount "
        "(leases pinning it), children, age since last use, namespace.",
        {{"limit", true, "at most this many blocks (default 20, max 10000)"},
-        {"max-depth", true, "deepest block index to show (0: first blocks)"}},
+        {"max-depth", true, "deepest block index to show (0: first blocks)"},
+        NoHeadersFlag()},
        RunTree},
       {"watch", contents,
        "Follow cache events (stored, removed, cleared) until interrupted", "",

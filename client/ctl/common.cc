@@ -117,10 +117,20 @@ std::vector<FlagSpec> NamespaceFlags() {
       {"kv-heads", true, "number of KV heads (required)"},
       {"head-dim", true, "head dimension (required)"},
       {"page-size", true, "tokens per block (default 16)"},
-      {"dtype", true, "fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (required)"},
+      {"dtype", true, "fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (required)",
+       DTypeNames()},
       {"tp-rank", true, "tensor-parallel rank (default 0)"},
       {"tp-size", true, "tensor-parallel size (default 1)"},
   };
+}
+
+FlagSpec NoHeadersFlag() {
+  return {"no-headers", false,
+          "print table rows only (no header row or summary line)"};
+}
+
+std::vector<std::string> DTypeNames() {
+  return {"fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8"};
 }
 
 absl::StatusOr<DType> ParseDType(const std::string& name,

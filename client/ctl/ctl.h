@@ -17,6 +17,7 @@
 #define RADIXKV_CLIENT_CTL_CTL_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -54,11 +55,16 @@ struct GlobalOptions {
   OutputFormat output = OutputFormat::kText;
 };
 
+// In a list of completion values: complete file names.
+inline constexpr char kAnyPath[] = "<path>";
+
 // A command-specific flag. Boolean flags take no value ("--yes").
 struct FlagSpec {
   std::string name;  // without the leading dashes
   bool takes_value = true;
   std::string help;
+  // The values shell completion offers for it; {kAnyPath}: file names.
+  std::vector<std::string> values = {};
 };
 
 // A command's parsed flags and positional arguments.
@@ -93,6 +99,11 @@ struct Context {
   std::ostream* out = nullptr;  // stdout: data only
   std::ostream* err = nullptr;  // stderr: errors, prompts
 
+  // Writes the shell completion script of this command line for `shell`
+  // ("bash", "zsh") to `out`; set by main before a command runs.
+  std::function<absl::Status(const std::string& shell, std::ostream& out)>
+      write_completion;
+
   bool json() const { return global.output == OutputFormat::kJson; }
   // The channel to the daemon, created on first use.
   std::shared_ptr<grpc::Channel> Channel();
@@ -111,10 +122,18 @@ struct Command {
   std::string details;     // optional extra paragraph
   std::vector<FlagSpec> flags;
   int (*run)(Context& ctx) = nullptr;
+  // Help for the positional arguments.
+  std::string positional_help = "token ids, separate or comma lists";
+  // The values shell completion offers for the positional arguments.
+  std::vector<std::string> positional_values = {};
 };
 
 std::vector<Command> AdminCommands();  // health stats namespaces sessions tree evict clear watch
 std::vector<Command> KeyCommands();    // match explain hash size version
+
+// The flag of commands that print a table: --no-headers (main turns
+// Headers(ctx.out) off when it is given).
+FlagSpec NoHeadersFlag();
 
 // Prints "Error: <message>" on ctx.err and returns the exit code for the
 // status: 2 for UNAVAILABLE/DEADLINE_EXCEEDED (with the endpoint named), 3 for
@@ -138,7 +157,7 @@ absl::Status CallWithDeadline(UnaryCall call, absl::Duration timeout);
 // The body of a command that asks the daemon one question: runs `call` with
 // the --timeout deadline; a failed call goes through Fail (its "Error:" line
 // and exit code); an answer is printed by PrintResult, as `response` in the
-// protobuf JSON form (ToJsonLine) or by `print_text`. `response` is the
+// JSON form of ToJsonLine (output.h) or by `print_text`. `response` is the
 // message `call` fills.
 int CallAndPrint(Context& ctx, const google::protobuf::Message& response,
                  UnaryCall call, absl::FunctionRef<void()> print_text);
@@ -180,6 +199,8 @@ absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args,
 absl::StatusOr<DType> ParseDType(const std::string& name,
                                  bool allow_unspecified = false);
 const char* DTypeShortName(uint32_t dtype);
+// The short dtype names, fp32 .. int8 (what completion offers for --dtype).
+std::vector<std::string> DTypeNames();
 
 // Token ids from positional arguments ("1 2 3", "1,2,3") and/or --file PATH
 // (ids separated by whitespace or commas). INVALID_ARGUMENT names the bad

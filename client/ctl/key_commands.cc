@@ -21,12 +21,20 @@ namespace radixkv::ctl {
 namespace {
 
 FlagSpec FileFlag() {
-  return {"file", true, "read token ids from PATH (whitespace/comma separated)"};
+  return {"file", true, "read token ids from PATH (whitespace/comma separated)",
+          {kAnyPath}};
 }
 
 std::vector<FlagSpec> PromptFlags() {
   std::vector<FlagSpec> f = NamespaceFlags();
   f.push_back(FileFlag());
+  return f;
+}
+
+// explain and hash print a table.
+std::vector<FlagSpec> PromptTableFlags() {
+  std::vector<FlagSpec> f = PromptFlags();
+  f.push_back(NoHeadersFlag());
   return f;
 }
 
@@ -93,11 +101,13 @@ const char* StateName(v1::BlockState s) {
 
 void PrintExplain(const v1::ExplainResponse& resp, uint32_t page_size,
                   std::ostream& out) {
-  out << "namespace " << Hex(resp.namespace_id()) << " ("
-      << (resp.namespace_known() ? "known to the daemon"
-                                 : "never used on this daemon")
-      << "): " << resp.matched_blocks() << " of " << resp.total_blocks()
-      << " blocks cached\n";
+  if (Headers(out)) {
+    out << "namespace " << Hex(resp.namespace_id()) << " ("
+        << (resp.namespace_known() ? "known to the daemon"
+                                   : "never used on this daemon")
+        << "): " << resp.matched_blocks() << " of " << resp.total_blocks()
+        << " blocks cached\n";
+  }
   Table t({"BLOCK", "TOKENS", "KEY", "STATE", "PAGE", "REFS", "AGE", "REASON"});
   t.AlignRight({0, 4, 5, 6});
   for (const v1::BlockExplanation& b : resp.blocks()) {
@@ -153,7 +163,7 @@ int RunHash(Context& ctx) {
     return j.dump();
   };
   return PrintResult(ctx, json, [&] {
-    *ctx.out << "namespace  " << root.ToHex() << "\n";
+    if (Headers(*ctx.out)) *ctx.out << "namespace  " << root.ToHex() << "\n";
     Table t({"BLOCK", "TOKENS", "KEY"});
     t.AlignRight({0});
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -162,7 +172,7 @@ int RunHash(Context& ctx) {
                 keys[i].ToHex()});
     }
     t.Print(*ctx.out);
-    if (tokens.size() % ns.page_size != 0) {
+    if (Headers(*ctx.out) && tokens.size() % ns.page_size != 0) {
       *ctx.out << "(the last " << tokens.size() % ns.page_size
                << " tokens do not fill a block and have no key)\n";
     }
@@ -274,7 +284,7 @@ std::vector<Command> KeyCommands() {
        "room), token-mismatch (hash collision), wrong-namespace (cached for "
        "another model/LoRA/salt/layout), parent-missing (an earlier block is "
        "not cached, so this one cannot hit).",
-       PromptFlags(), RunExplain},
+       PromptTableFlags(), RunExplain},
       {"hash", keys, "Block keys of a token list for a namespace (offline)",
        "TOKENS",
        "radixkvctl hash --model=llama --layers=32 --kv-heads=8 --head-dim=128 "
@@ -282,7 +292,7 @@ std::vector<Command> KeyCommands() {
        "Prints the namespace root and one key per full block, per the "
        "block-key contract v1 (docs/CONTRACTS.md section 1); needs no daemon. "
        "With -o json keys are 32 lowercase hex digits.",
-       PromptFlags(), RunHash},
+       PromptTableFlags(), RunHash},
       {"size", keys,
        "KV-cache bytes of a token count for a model layout (offline)", "",
        "radixkvctl size --layers=24 --kv-heads=8 --head-dim=64 --dtype=fp16 "
@@ -292,7 +302,8 @@ std::vector<Command> KeyCommands() {
        {{"layers", true, "number of layers (required)"},
         {"kv-heads", true, "KV heads (required)"},
         {"head-dim", true, "head dimension (required)"},
-        {"dtype", true, "fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (required)"},
+        {"dtype", true, "fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (required)",
+         DTypeNames()},
         {"tokens", true, "token count (required)"},
         {"page-size", true, "tokens per page (default 16)"}},
        RunSize},

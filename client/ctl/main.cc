@@ -7,9 +7,11 @@
 // Args, so that every message names the flag). Global flags may appear
 // before or after the command (the subcommands fall through to the root);
 // each can also come from RADIXKVCTL_ENDPOINT / RADIXKVCTL_TIMEOUT /
-// RADIXKVCTL_OUTPUT, and a flag overrides its variable. See docs/CLI.md.
+// RADIXKVCTL_OUTPUT, and a flag overrides its variable. `completion` prints a
+// bash or zsh script generated from the same CLI11 app. See docs/CLI.md.
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -17,14 +19,17 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "client/ctl/ctl.h"
+#include "client/ctl/output.h"
 
 namespace radixkv::ctl {
 namespace {
@@ -88,19 +93,20 @@ struct GlobalFlag {
   const char* value;  // the value's placeholder in help
   const char* help;
   absl::Status (*apply)(const std::string& value, GlobalOptions* g);
+  const char* values;  // what completion offers: words, or kAnyPath
 };
 
 constexpr GlobalFlag kGlobalFlags[] = {
     {"--endpoint", "RADIXKVCTL_ENDPOINT", "E",
      "radixkvd address: /path or unix:/path (Unix socket) or\n"
      "host:port; default the daemon's default socket",
-     ApplyEndpoint},
+     ApplyEndpoint, kAnyPath},
     {"--timeout", "RADIXKVCTL_TIMEOUT", "D",
-     "deadline of each call, e.g. 5s, 500ms (default 5s)", ApplyTimeout},
+     "deadline of each call, e.g. 5s, 500ms (default 5s)", ApplyTimeout, ""},
     {"-o,--output", "RADIXKVCTL_OUTPUT", "F",
-     "text (tables for people) or json (one protobuf JSON\n"
-     "object per line)",
-     ApplyOutput},
+     "text (tables for people) or json (one JSON object per\n"
+     "line: counts as numbers, keys as hex)",
+     ApplyOutput, "text json"},
 };
 
 // ---- help -------------------------------------------------------------------------
@@ -212,6 +218,10 @@ class HelpFormatter : public CLI::Formatter {
 
 // ---- commands ---------------------------------------------------------------------
 
+// What shell completion offers for an option's value or a positional
+// argument: words, or {kAnyPath}.
+using CompletionValues = std::map<const CLI::Option*, std::vector<std::string>>;
+
 // A Command as a CLI11 subcommand; its options fill Context::args.
 struct BoundCommand {
   const Command* command = nullptr;
@@ -220,9 +230,12 @@ struct BoundCommand {
   std::vector<std::string> positional;
 };
 
+std::vector<Command> ShellCommands();
+
 std::vector<Command> AllCommands() {
   std::vector<Command> all = AdminCommands();
   for (Command& c : KeyCommands()) all.push_back(std::move(c));
+  for (Command& c : ShellCommands()) all.push_back(std::move(c));
   return all;
 }
 
@@ -236,7 +249,8 @@ std::string CommandFooter(const Command& c) {
   return footer;
 }
 
-void Bind(CLI::App& root, const Command& c, BoundCommand* bound) {
+void Bind(CLI::App& root, const Command& c, BoundCommand* bound,
+          CompletionValues* values) {
   bound->command = &c;
   bound->app = root.add_subcommand(c.name, c.summary);
   CLI::App* sub = bound->app;
@@ -250,11 +264,13 @@ void Bind(CLI::App& root, const Command& c, BoundCommand* bound) {
                          : sub->add_flag("--" + f.name);
     o->description(f.help);
     bound->flags.emplace_back(&f, o);
+    if (!f.values.empty()) (*values)[o] = f.values;
   }
   if (!c.positional.empty()) {
-    sub->add_option(c.positional, bound->positional,
-                    "token ids, separate or comma lists")
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    CLI::Option* o =
+        sub->add_option(c.positional, bound->positional, c.positional_help)
+            ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    if (!c.positional_values.empty()) (*values)[o] = c.positional_values;
   }
 }
 
@@ -273,7 +289,9 @@ void FillArgs(const BoundCommand& bound, Args* args) {
 
 // The argument vector for CLI11 (reversed, as App::parse wants it).
 // "--flag=" becomes "--flag" "" : CLI11 would otherwise take the next
-// argument as the value, and "--model=" names the empty model.
+// argument as the value, and "--model=" names the empty model. "-o=json"
+// becomes "-o" "json", as "--output=json" is read (CLI11 would take
+// "=json" as the value).
 std::vector<std::string> ParserArgs(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
@@ -285,6 +303,10 @@ std::vector<std::string> ParserArgs(int argc, char** argv) {
     if (absl::StartsWith(a, "--") && absl::EndsWith(a, "=")) {
       args.push_back(a.substr(0, a.size() - 1));
       args.emplace_back();
+    } else if (a.size() >= 3 && a[0] == '-' && absl::ascii_isalpha(a[1]) &&
+               a[2] == '=') {
+      args.push_back(a.substr(0, 2));
+      args.push_back(a.substr(3));
     } else {
       args.push_back(a);
     }
@@ -300,6 +322,11 @@ std::string Unexpected(const std::string& arg, const CLI::App* command) {
       return absl::StrCat("unknown global flag ", flag,
                           " (see radixkvctl --help)");
     }
+    if (command->get_option_no_throw(flag) != nullptr) {
+      return absl::StrCat("flag ", flag, " of command '", command->get_name(),
+                          "' must follow the command: radixkvctl ",
+                          command->get_name(), " ", flag, " ...");
+    }
     return absl::StrCat("unknown flag ", flag, " for command '",
                         command->get_name(), "' (see radixkvctl ",
                         command->get_name(), " --help)");
@@ -310,6 +337,156 @@ std::string Unexpected(const std::string& arg, const CLI::App* command) {
   return absl::StrCat("unexpected argument '", arg, "' for command '",
                       command->get_name(), "' (see radixkvctl ",
                       command->get_name(), " --help)");
+}
+
+// ---- shell completion ---------------------------------------------------------
+//
+// The scripts (output.h) are generated from the CLI11 app (its subcommands,
+// options and descriptions) and the CompletionValues recorded while binding,
+// so they offer exactly what the parser accepts.
+
+CompletionItem ItemOf(const CLI::Option* o, const CompletionValues& values) {
+  CompletionItem item;
+  if (o->get_positional()) item.names.push_back(o->get_name(true, false));
+  for (const std::string& s : o->get_snames()) item.names.push_back("-" + s);
+  for (const std::string& l : o->get_lnames()) item.names.push_back("--" + l);
+  item.takes_value = o->get_expected_max() > 0;  // flags expect none
+  item.help = absl::StrReplaceAll(o->get_description(), {{"\n", " "}});
+  if (auto it = values.find(o); it != values.end()) {
+    item.paths = it->second == std::vector<std::string>{kAnyPath};
+    if (!item.paths) item.values = it->second;
+  }
+  return item;
+}
+
+CompletionModel ModelOf(const CLI::App& app, const CompletionValues& values) {
+  CompletionModel model;
+  for (const CLI::Option* o : app.get_options(
+           [](const CLI::Option* o) { return o->nonpositional(); })) {
+    model.globals.push_back(ItemOf(o, values));
+  }
+  for (const CLI::App* sub :
+       app.get_subcommands([](const CLI::App*) { return true; })) {
+    CompletionCommand c;
+    c.name = sub->get_name();
+    c.summary = sub->get_description();
+    for (const CLI::Option* o : sub->get_options()) {
+      (o->get_positional() ? c.positionals : c.flags)
+          .push_back(ItemOf(o, values));
+    }
+    model.commands.push_back(std::move(c));
+  }
+  return model;
+}
+
+struct Shell {
+  const char* name;
+  std::string (*script)(const CompletionModel& model);
+};
+
+constexpr Shell kShells[] = {{"bash", BashCompletion}, {"zsh", ZshCompletion}};
+
+std::vector<std::string> ShellNames() {
+  std::vector<std::string> names;
+  for (const Shell& s : kShells) names.push_back(s.name);
+  return names;
+}
+
+int RunCompletion(Context& ctx) {
+  const std::vector<std::string>& shells = ctx.args.positional();
+  if (shells.size() != 1) {
+    return BadArgs(ctx, absl::StrCat("completion: name one shell: ",
+                                     absl::StrJoin(ShellNames(), " or ")));
+  }
+  const absl::Status s = ctx.write_completion(shells[0], *ctx.out);
+  return s.ok() ? kExitOk : Fail(ctx, s);
+}
+
+std::vector<Command> ShellCommands() {
+  const std::vector<std::string> shells = ShellNames();
+  // name, group, summary, positional, example, details, flags, run,
+  // positional help and values
+  return {
+      {"completion", "Shell",
+       "Print a bash or zsh script that completes commands and flags",
+       "SHELL",
+       "source <(radixkvctl completion bash)\n"
+       "radixkvctl completion zsh > \"${fpath[1]}/_radixkvctl\"",
+       "The script completes commands, flags and flag values (output "
+       "formats, dtypes, files); it is generated from this radixkvctl's own "
+       "command table. bash: source it, or save it as "
+       "/etc/bash_completion.d/radixkvctl. zsh: save it as _radixkvctl in a "
+       "directory of $fpath, or source it after compinit.",
+       {}, RunCompletion, absl::StrJoin(shells, " or "), shells},
+  };
+}
+
+// Writes the completion script for `shell` of `app` to `out`.
+absl::Status WriteCompletion(const CLI::App& app,
+                             const CompletionValues& values,
+                             const std::string& shell, std::ostream& out) {
+  for (const Shell& s : kShells) {
+    if (shell == s.name) {
+      out << s.script(ModelOf(app, values));
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("completion: unknown shell '", shell,
+                   "': want ", absl::StrJoin(ShellNames(), " or ")));
+}
+
+// The command line of radixkvctl: the CLI11 app and what its parse fills.
+struct Cli {
+  explicit Cli(size_t commands) : bound(commands) {}
+
+  CLI::App app{kDescription, "radixkvctl"};
+  std::vector<BoundCommand> bound;  // one per Command; never resized
+  CLI::App* help = nullptr;         // the `help` subcommand
+  std::string help_topic;           // its argument
+  CompletionValues values;
+};
+
+// Sets up `cli`: global flags that apply to ctx.global as they are parsed,
+// one subcommand per command, and `help`.
+void BuildApp(Context& ctx, const std::vector<Command>& commands, Cli* cli) {
+  CLI::App& app = cli->app;
+  app.formatter(std::make_shared<HelpFormatter>());
+  app.fallthrough();
+  app.require_subcommand(0, 1);
+  app.footer(kMainFooter);
+  app.option_defaults()->group(kGlobalGroup);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.set_help_flag("-h,--help", "help for radixkvctl or a command");
+  for (const GlobalFlag& g : kGlobalFlags) {
+    CLI::Option* o =
+        app.add_option_function<std::string>(
+               g.names,
+               [&ctx, &g](const std::string& value) {
+                 absl::Status s = g.apply(value, &ctx.global);
+                 if (!s.ok()) {
+                   throw CLI::ValidationError(std::string(s.message()));
+                 }
+               },
+               g.help)
+            ->envname(g.env)
+            ->type_name(g.value);
+    if (g.values[0] != '\0') {
+      cli->values[o] = absl::StrSplit(g.values, ' ');
+    }
+  }
+  app.option_defaults()->group("Flags");
+
+  std::vector<std::string> names;
+  for (size_t i = 0; i < commands.size(); ++i) {
+    Bind(app, commands[i], &cli->bound[i], &cli->values);
+    names.push_back(commands[i].name);
+  }
+  cli->help = app.add_subcommand("help", "help for radixkvctl or a command");
+  cli->help->group("");  // not listed: the usage line and footer name it
+  cli->help->set_help_flag();
+  cli->values[cli->help->add_option("command", cli->help_topic)] = names;
+  app.allow_extras();  // unknown arguments are reported below, by name
 }
 
 int Main(int argc, char** argv) {
@@ -326,39 +503,14 @@ int Main(int argc, char** argv) {
     if (!s.ok()) return BadArgs(ctx, absl::StrCat(g.env, ": ", s.message()));
   }
 
-  CLI::App app(kDescription, "radixkvctl");
-  app.formatter(std::make_shared<HelpFormatter>());
-  app.fallthrough();
-  app.require_subcommand(0, 1);
-  app.footer(kMainFooter);
-  app.option_defaults()->group(kGlobalGroup);
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.set_help_flag("-h,--help", "help for radixkvctl or a command");
-  for (const GlobalFlag& g : kGlobalFlags) {
-    app.add_option_function<std::string>(
-           g.names,
-           [&ctx, &g](const std::string& value) {
-             absl::Status s = g.apply(value, &ctx.global);
-             if (!s.ok()) throw CLI::ValidationError(std::string(s.message()));
-           },
-           g.help)
-        ->envname(g.env)
-        ->type_name(g.value);
-  }
-  app.option_defaults()->group("Flags");
-
   const std::vector<Command> commands = AllCommands();
-  std::vector<BoundCommand> bound(commands.size());  // never resized
-  for (size_t i = 0; i < commands.size(); ++i) {
-    Bind(app, commands[i], &bound[i]);
-  }
-  std::string help_topic;
-  CLI::App* help =
-      app.add_subcommand("help", "help for radixkvctl or a command");
-  help->group("");  // not listed: the usage line and footer name it
-  help->set_help_flag();
-  help->add_option("command", help_topic);
-  app.allow_extras();  // unknown arguments are reported below, by name
+  Cli cli(commands.size());
+  BuildApp(ctx, commands, &cli);
+  CLI::App& app = cli.app;
+  const std::vector<BoundCommand>& bound = cli.bound;
+  ctx.write_completion = [&cli](const std::string& shell, std::ostream& out) {
+    return WriteCompletion(cli.app, cli.values, shell, out);
+  };
 
   try {
     app.parse(ParserArgs(argc, argv));
@@ -374,7 +526,8 @@ int Main(int argc, char** argv) {
   if (const std::vector<std::string> rest = app.remaining(); !rest.empty()) {
     return BadArgs(ctx, Unexpected(rest.front(), command));
   }
-  if (command == help) {
+  if (command == cli.help) {
+    const std::string& help_topic = cli.help_topic;
     if (help_topic.empty()) {  // app.help() would describe `help` itself
       *ctx.out << app.get_formatter()->make_help(&app, app.get_name(),
                                                  CLI::AppFormatMode::Normal);
@@ -396,6 +549,7 @@ int Main(int argc, char** argv) {
   for (const BoundCommand& b : bound) {
     if (b.app != command) continue;
     FillArgs(b, &ctx.args);
+    if (ctx.args.Has("no-headers")) SetHeaders(*ctx.out, false);
     absl::StatusOr<std::string> target =
         GrpcTargetForEndpoint(ctx.global.endpoint);
     if (!target.ok()) {

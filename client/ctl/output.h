@@ -1,6 +1,7 @@
 // File: client/ctl/output.h
 //
-// Formatting helpers of radixkvctl: human units, aligned tables, JSON lines.
+// Formatting helpers of radixkvctl: human units, aligned tables, JSON lines,
+// shell completion scripts.
 // stdout carries data only; everything here writes to a caller-given stream.
 //
 // Thread safety: functions are pure or write to the given stream; Table is a
@@ -30,14 +31,24 @@ std::string Percent(uint64_t part, uint64_t whole);
 // Lowercase hex of raw bytes; `max_chars` > 0 cuts it (for table columns).
 std::string Hex(absl::string_view bytes, size_t max_chars = 0);
 
-// The protobuf JSON form of `message` on one line: proto field names
-// (snake_case, as in the .proto), every primitive field printed even when it
-// is zero, enums by name, 64-bit integers as strings and bytes as base64
-// (the protobuf JSON mapping).
+// The JSON form of `message` on one line, for scripts: protobuf's JSON
+// printer (proto field names, snake_case as in the .proto; every primitive
+// and repeated field printed even when zero or empty; enums by name), then
+// rewritten by the message's descriptor so that 64-bit integers are JSON
+// numbers (exact decimal digits) and bytes fields (keys, namespace ids) are
+// lowercase hex, as the text output and `hash` print them. Messages of the
+// google.protobuf package keep their protobuf JSON form.
 std::string ToJsonLine(const google::protobuf::Message& message);
 
+// Whether tables written to `out` print their header row and the summary
+// lines around them: on unless turned off (--no-headers). The setting lives
+// in the stream's state (std::ios_base::iword), as std::boolalpha does.
+void SetHeaders(std::ostream& out, bool on);
+bool Headers(std::ostream& out);
+
 // A text table with aligned columns: left-aligned unless marked with
-// AlignRight (numbers).
+// AlignRight (numbers). The header row is left out where Headers(out) is
+// false.
 //
 //   Table t({"KEY", "PAGES"});
 //   t.AlignRight({1});
@@ -66,6 +77,38 @@ class KeyValueList {
  private:
   std::vector<std::pair<std::string, std::string>> items_;
 };
+
+// ---- shell completion ----------------------------------------------------
+//
+// The command line as completion scripts see it; main builds it from the
+// CLI11 app, so that the scripts offer exactly what the parser accepts.
+
+// A flag or a positional argument.
+struct CompletionItem {
+  std::vector<std::string> names;   // "-o", "--output"; positional: its name
+  bool takes_value = false;         // flags only
+  std::string help;                 // one line
+  std::vector<std::string> values;  // the words offered for its value
+  bool paths = false;               // file names are offered instead
+};
+
+struct CompletionCommand {
+  std::string name;
+  std::string summary;
+  std::vector<CompletionItem> flags;
+  std::vector<CompletionItem> positionals;
+};
+
+struct CompletionModel {
+  std::vector<CompletionItem> globals;  // flags valid before or after a command
+  std::vector<CompletionCommand> commands;
+};
+
+// A bash script that defines _radixkvctl and registers it with `complete`.
+std::string BashCompletion(const CompletionModel& model);
+// A zsh script (#compdef radixkvctl): sourced after compinit, or autoloaded
+// from $fpath as _radixkvctl.
+std::string ZshCompletion(const CompletionModel& model);
 
 }  // namespace radixkv::ctl
 

@@ -12,6 +12,8 @@ with the json module and asserted field by field.
 import argparse
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,9 +31,13 @@ def prompt(n, salt):
     return [salt * 1000 + i + 1 for i in range(n)]
 
 
+HEX32 = r"^[0-9a-f]{32}$"
+
+
 def u64(v):
-    """Protobuf JSON prints 64-bit integers as strings."""
-    return int(v)
+    """A 64-bit integer field: -o json prints it as a JSON number."""
+    assert isinstance(v, int) and not isinstance(v, bool), repr(v)
+    return v
 
 
 class Ctl:
@@ -332,6 +338,205 @@ class CtlTest(unittest.TestCase):
                 w.wait()
             w.stdout.close()
             w.stderr.close()
+
+    # -- scripting: JSON values, output flag forms, --no-headers, completion ----------------
+
+    def hash_json(self, tokens):
+        rc, out, err = Ctl.run(["hash", *NS_FLAGS, "-o", "json", *map(str, tokens)],
+                               "/tmp/rkc_no_daemon.sock")
+        self.assertEqual(rc, 0, err)
+        return json.loads(out)
+
+    def test_json_numbers_and_hex_keys(self):
+        base = prompt(16, 13)
+        self.populate(16, 13)
+        h = self.hash_json(base)
+        root, keys = h["namespace_id"], h["block_keys"]
+        self.assertEqual(len(keys), 4)
+        # uint64 fields are JSON numbers; strings stay strings.
+        st = self.json_of("stats")["stats"]
+        for name in ("capacity_pages", "free_pages", "cached_pages", "lookup_tokens",
+                     "hit_tokens", "evicted_pages", "tree_nodes", "hashed_blocks"):
+            u64(st[name])
+        self.assertEqual(st["pool"]["capacity_pages"], st["capacity_pages"])
+        u64(st["pool"]["page_bytes"])
+        self.assertIsInstance(st["version"], str)
+        # Keys and namespace ids: 32 lowercase hex digits, equal to `hash`.
+        m = self.json_of("match", *NS_FLAGS, *map(str, base))
+        self.assertEqual(m["namespace_id"], root)
+        self.assertEqual(m["matched_tokens"], 16)
+        self.assertEqual(m["matched_blocks"], 4)
+        e = self.json_of("explain", *NS_FLAGS, *map(str, base))
+        self.assertEqual(e["namespace_id"], root)
+        self.assertEqual([b["key"] for b in e["blocks"]], keys)
+        self.assertEqual([b["state"] for b in e["blocks"]], ["BLOCK_STATE_CACHED"] * 4)
+        self.assertTrue(all(isinstance(b["page"], int) for b in e["blocks"]), e)
+        self.assertEqual(e["blocks"][0]["other_namespace_id"], "")
+        nss = self.json_of("namespaces")["namespaces"]
+        mine = [n for n in nss if n["namespace"]["model"] == "ctl-test"]
+        self.assertEqual([n["namespace_id"] for n in mine], [root])
+        self.assertGreaterEqual(u64(mine[0]["cached_blocks"]), 4)
+        t = self.json_of("tree", "--limit=10000")
+        u64(t["total_nodes"])
+        by_key = {n["key"]: n for n in t["nodes"]}
+        for n in t["nodes"]:
+            self.assertRegex(n["key"], HEX32)
+            self.assertRegex(n["namespace_id"], HEX32)
+            u64(n["page"])
+        self.assertEqual(by_key[keys[0]]["parent_key"], root)
+        for parent, child in zip(keys, keys[1:]):
+            self.assertEqual(by_key[child]["parent_key"], parent)
+        self.assertEqual(by_key[keys[2]]["page"], e["blocks"][2]["page"])
+        out, _ = self.ctl("watch", "--from=1", "--count=4", "-o", "json")
+        events = [json.loads(l) for l in out.strip().splitlines()]
+        self.assertEqual([u64(ev["sequence"]) for ev in events], [1, 2, 3, 4])
+        for ev in events:
+            if "stored" in ev:
+                self.assertRegex(ev["stored"]["key"], HEX32)
+                self.assertEqual(ev["stored"]["namespace_id"], root)
+                u64(ev["stored"]["page"])
+        self.assertIn("stored", events[0])
+        # The text output shows the same keys (prefixes).
+        out, _ = self.ctl("explain", *NS_FLAGS, *map(str, base))
+        self.assertIn(root, out.splitlines()[0])
+        self.assertEqual([r.split()[2] for r in out.strip().splitlines()[2:]],
+                         [k[:16] + ".." for k in keys])
+
+    def test_output_flag_forms(self):
+        forms = [["-o", "json"], ["-o=json"], ["-ojson"], ["--output=json"],
+                 ["--output", "json"]]
+        for form in forms:
+            for args in ([*form, "stats"], ["stats", *form]):
+                out, _ = self.ctl(*args)
+                self.assertIsInstance(json.loads(out)["stats"]["capacity_pages"], int, args)
+        out, _ = self.ctl("-o=json", "stats", "-o=text")
+        self.assertIn("capacity:", out)
+        for bad in (["-o=yaml"], ["-o="], ["--output=yaml"]):
+            rc, out, err = Ctl.run([*bad, "stats"], self.sock)
+            self.assertEqual(rc, 3, bad)
+            self.assertEqual(out, "", bad)
+            self.assertIn("want text or json", err, bad)
+
+    def test_no_headers(self):
+        base = prompt(16, 14)
+        self.populate(16, 14)
+        keys = self.hash_json(base)["block_keys"]
+        out, _ = self.ctl("tree", "--limit=3", "--no-headers")
+        lines = out.strip().splitlines()
+        self.assertEqual(len(lines), 3, out)  # rows only: no header, no footer
+        for l in lines:
+            self.assertRegex(l, r"^[0-9a-f]{16}\.\. +\d+ +\d+")
+        out, _ = self.ctl("namespaces", "--no-headers")
+        self.assertNotIn("NAMESPACE", out)
+        self.assertRegex(out, r"(?m)^[0-9a-f]{12} +ctl-test ")
+        out, _ = self.ctl("explain", *NS_FLAGS, "--no-headers", *map(str, base))
+        rows = out.strip().splitlines()
+        self.assertEqual([r.split()[2] for r in rows], [k[:16] + ".." for k in keys])
+        self.assertEqual([r.split()[3] for r in rows], ["cached"] * 4)
+        rc, out, err = Ctl.run(["hash", *NS_FLAGS, "--no-headers", *map(str, base), "1"],
+                               "/tmp/rkc_no_daemon.sock")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual([r.split() for r in out.strip().splitlines()],
+                         [[str(i), "%d-%d" % (4 * i, 4 * i + 3), k]
+                          for i, k in enumerate(keys)])
+        h, _ = self.hold(8, 15)
+        try:
+            out, _ = self.ctl("sessions", "--no-headers")
+            self.assertNotIn("SESSION", out)
+            self.assertIn("ctl-helper-hold", out)
+        finally:
+            self.release(h)
+        # JSON is the same with or without it.
+        self.assertEqual(self.json_of("tree", "--limit=2", "--no-headers")["nodes"],
+                         self.json_of("tree", "--limit=2")["nodes"])
+        out, _ = self.ctl("tree", "--help")
+        self.assertIn("--no-headers", out)
+        # A flag of the commands that print a table, after the command.
+        for args, needle in ((["stats", "--no-headers"], "unknown flag --no-headers"),
+                             (["--no-headers", "tree"], "must follow the command")):
+            rc, out, err = Ctl.run(args, self.sock)
+            self.assertEqual(rc, 3, args)
+            self.assertEqual(out, "", args)
+            self.assertIn(needle, err, args)
+
+    def complete_bash(self, *lines):
+        """Each line is the words of a command line, the last one being
+        completed; returns the sorted COMPREPLY of each."""
+        script = ['source <("$CTL" completion bash) || exit 1', "complete -p radixkvctl",
+                  't() { COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1));'
+                  ' COMPREPLY=(); _radixkvctl; echo "${COMPREPLY[*]}"; }']
+        for words in lines:
+            script.append("t radixkvctl " + " ".join("'%s'" % w for w in words))
+        p = subprocess.run(["bash", "--norc", "--noprofile", "-c", "\n".join(script)],
+                           capture_output=True, text=True, timeout=TIMEOUT,
+                           env=dict(os.environ, CTL=ARGS.ctl))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr, "")
+        out = p.stdout.splitlines()
+        self.assertEqual(out[0], "complete -F _radixkvctl radixkvctl")
+        return [sorted(l.split()) for l in out[1:]]
+
+    def test_completion_bash(self):
+        got = self.complete_bash(
+            ["sta"], [""], ["tree", "--li"], ["tree", "-"], ["-o", ""], ["--output", "=", "j"],
+            ["match", "--dtype", "=", "b"], ["completion", ""], ["help", "tr"],
+            ["--endpoint", "/tmp/x", "-o", "json", "ver"], ["stats", "--"])
+        self.assertEqual(got[0], ["stats"])
+        commands = ["health", "stats", "namespaces", "sessions", "tree", "match", "explain",
+                    "hash", "evict", "clear", "watch", "size", "version", "completion",
+                    "help"]
+        self.assertEqual(got[1], sorted(commands))
+        self.assertEqual(got[2], ["--limit="])
+        for flag in ("--limit=", "--max-depth=", "--no-headers", "--endpoint=", "-o",
+                     "--output=", "--timeout=", "-h", "--help"):
+            self.assertIn(flag, got[3])
+        self.assertEqual(got[4], ["json", "text"])
+        self.assertEqual(got[5], ["json"])
+        self.assertEqual(got[6], ["bf16"])
+        self.assertEqual(got[7], ["bash", "zsh"])
+        self.assertEqual(got[8], ["tree"])
+        self.assertEqual(got[9], ["version"])
+        self.assertEqual(got[10], ["--endpoint=", "--help", "--output=", "--timeout="])
+        # Every command of the help listing is offered.
+        _, out, _ = Ctl.run(["--help"])
+        listed = re.findall(r"(?m)^  ([a-z]+) {2,}\S", out)
+        self.assertIn("completion", listed)
+        self.assertTrue(set(listed) <= set(commands), listed)
+
+    def test_completion_zsh(self):
+        rc, script, err = Ctl.run(["completion", "zsh"])
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(script.startswith("#compdef radixkvctl\n"), script[:80])
+        self.assertIn("compdef _radixkvctl radixkvctl", script)
+        self.assertIn("'stats:Show pool occupancy, hit ratio, sessions and leases'", script)
+        self.assertIn("'--no-headers[", script)
+        self.assertIn(":value:(text json)'", script)
+        self.assertIn(":value:(fp32 fp16 bf16 fp8_e4m3 fp8_e5m2 int8)'", script)
+        # Unknown or missing shell: exit 3.
+        for args in (["completion", "fish"], ["completion"], ["completion", "bash", "zsh"]):
+            rc, out, err = Ctl.run(args)
+            self.assertEqual(rc, 3, args)
+            self.assertEqual(out, "", args)
+            self.assertIn("bash or zsh", err, args)
+        rc, out, _ = Ctl.run(["help", "completion"])
+        self.assertEqual(rc, 0)
+        self.assertIn("Example:", out)
+        if shutil.which("zsh") is None:
+            return  # the zsh checks below need zsh
+        with tempfile.NamedTemporaryFile("w", suffix=".zsh", delete=False) as f:
+            f.write(script)
+            path = f.name
+        try:
+            p = subprocess.run(["zsh", "-n", path], capture_output=True, text=True,
+                               timeout=TIMEOUT)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            p = subprocess.run(
+                ["zsh", "-f", "-c", 'autoload -U compinit && compinit -u -D && '
+                 'source "$1" && print -r -- $_comps[radixkvctl]', "zsh", path],
+                capture_output=True, text=True, timeout=TIMEOUT)
+            self.assertEqual(p.stdout.strip(), "_radixkvctl", p.stderr)
+        finally:
+            os.unlink(path)
 
     # -- offline commands, help, errors, environment ----------------------------------------
 
