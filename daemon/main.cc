@@ -185,16 +185,14 @@ void PrintListening(const radixkv::daemon::ServerOptions& o,
   Print("radixkvd: ready");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The usage message, --help's scope (this file's flags; --helpfull adds
+// the libraries') and --version.
+void ConfigureUsage() {
   absl::SetProgramUsageMessage(
       "prefix-caching KV store daemon.\n"
       "  radixkvd [--socket=PATH] [--listen_tcp=HOST:PORT] "
       "[--metrics_listen=HOST:PORT] [--pool=SPEC] ...\n"
       "docs/OPERATIONS.md describes every flag.");
-  // --help lists this file's flags (radixkvd's own); --helpfull adds the
-  // libraries'. --version prints the release.
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {
     return absl::EndsWith(file, "daemon/main.cc");
@@ -203,8 +201,15 @@ int main(int argc, char** argv) {
     return std::string("radixkvd " RADIXKVD_VERSION "\n");
   };
   absl::SetFlagsUsageConfig(usage);
+}
+
+// Handles the arguments absl's parser would get wrong for radixkvd before
+// it runs: --help (print radixkvd's flags, exit 0: asking for help is not
+// an error), and unknown flags or values that do not parse (absl exits 1;
+// for radixkvd they are configuration errors, exit 2). Returns the exit
+// code, or -1 to go on.
+int PreParse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    // Asking for help is not an error: print radixkvd's flags, exit 0.
     if (absl::string_view(argv[i]) == "--help" ||
         absl::string_view(argv[i]) == "-h") {
       absl::flags_internal::SetProgramInvocationName("radixkvd");
@@ -215,8 +220,6 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  // absl's parser exits 1 on an unknown flag; a misspelt flag is a
-  // configuration error (exit 2), so name it here first.
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (arg == "--") break;
@@ -250,6 +253,14 @@ int main(int argc, char** argv) {
       return kExitConfig;
     }
   }
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ConfigureUsage();
+  if (const int code = PreParse(argc, argv); code >= 0) return code;
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr,
