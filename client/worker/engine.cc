@@ -100,8 +100,11 @@ absl::StatusOr<RunResult> Engine::Run(absl::Span<const uint32_t> prompt,
     // prefix (a prompt with unmatched blocks is not fully cached).
     RETURN_IF_ERROR(WriteBlocks(*model_, local, prefix_tokens, matched, new_blocks,
                                 *lease, matched));
-    RETURN_IF_ERROR(lease->Commit(new_blocks, /*release=*/false));
-    result.committed_blocks = new_blocks;
+    // A failed commit (the daemon restarted, the lease ended) costs only
+    // future hits: the request goes on with its own K/V.
+    if (lease->Commit(new_blocks, /*release=*/false).ok()) {
+      result.committed_blocks = new_blocks;
+    }
   }
 
   const auto t1 = std::chrono::steady_clock::now();
@@ -127,8 +130,9 @@ absl::StatusOr<RunResult> Engine::Run(absl::Span<const uint32_t> prompt,
     // Only blocks whose K/V sit in the local cache can be written.
     if (n2 > 0 && m2 * ps >= prefix_tokens) {
       RETURN_IF_ERROR(WriteBlocks(*model_, local, prefix_tokens, m2, n2, *gen, m2));
-      RETURN_IF_ERROR(gen->Commit(n2, /*release=*/true));
-      result.committed_generated_blocks = n2;
+      if (gen->Commit(n2, /*release=*/true).ok()) {
+        result.committed_generated_blocks = n2;
+      }
     }
     RETURN_IF_ERROR(gen->Release());
   }

@@ -44,6 +44,58 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<PrefixCache> cache_, none_;
 };
 
+// A cache whose commits fail, as when the daemon restarts between the
+// Acquire and the Commit: pages are handed out and written, every Commit
+// answers UNAVAILABLE.
+class CommitFailsCache final : public PrefixCache {
+ public:
+  explicit CommitFailsCache(PrefixCache* inner) : inner_(inner) {}
+  absl::StatusOr<std::unique_ptr<CacheLease>> Acquire(
+      absl::Span<const uint32_t> tokens, bool allocate) override {
+    absl::StatusOr<std::unique_ptr<CacheLease>> lease =
+        inner_->Acquire(tokens, allocate);
+    if (!lease.ok()) return lease.status();
+    return std::unique_ptr<CacheLease>(new Lease(*std::move(lease)));
+  }
+  std::string Describe() const override { return "commit-fails"; }
+
+ private:
+  class Lease final : public CacheLease {
+   public:
+    explicit Lease(std::unique_ptr<CacheLease> inner)
+        : inner_(std::move(inner)) {}
+    uint32_t matched_blocks() const override { return inner_->matched_blocks(); }
+    uint32_t new_blocks() const override { return inner_->new_blocks(); }
+    void* page_address(size_t i) const override {
+      return inner_->page_address(i);
+    }
+    absl::Status Commit(uint32_t, bool) override {
+      return absl::UnavailableError("session ended");
+    }
+    absl::Status Release() override { return inner_->Release(); }
+
+   private:
+    std::unique_ptr<CacheLease> inner_;
+  };
+  PrefixCache* inner_;
+};
+
+// The cache going away between Acquire and Commit costs hits, never the
+// request: the run succeeds with the uncached output and commits nothing.
+TEST_F(EngineTest, FailedCommitsDegradeToMisses) {
+  const auto prompt = Prompt(16 * 5 + 7, 3);
+  RunOptions o;
+  o.decode_tokens = 8;
+  o.commit_generated = true;
+  const RunResult baseline = Run(none_.get(), prompt, o);
+  CommitFailsCache failing(cache_.get());
+  const RunResult r = Run(&failing, prompt, o);
+  EXPECT_EQ(r.generated, baseline.generated);
+  EXPECT_EQ(r.committed_blocks, 0u);
+  EXPECT_EQ(r.committed_generated_blocks, 0u);
+  EXPECT_EQ(Run(cache_.get(), prompt, o).matched_tokens, 0u);  // nothing cached
+}
+
 TEST_F(EngineTest, SecondRequestHitsAndMatchesTheUncachedRun) {
   const auto prompt = Prompt(16 * 5 + 7, 1);
   RunOptions o;
