@@ -59,10 +59,6 @@ void FillAcquireResponse(const v1::AcquireRequest& req, const AcquireResult& r,
 
 Cache::Cache(const CacheOptions& options)
     : options_(options),
-      limits_{.max_prompt_tokens = options.max_prompt_tokens,
-              .max_string_bytes = options.max_string_bytes,
-              .max_page_size = options.max_page_size,
-              .allow_key_mode = options.allow_key_mode},
       started_(absl::Now()),
       events_(options.event_buffer),
       registry_({.pool = options.pool,
@@ -114,7 +110,7 @@ absl::Status Cache::OpenSession(const v1::OpenSession& open,
   RETURN_IF_ERROR(CheckString("open.client_name", open.client_name(),
                               options_.max_string_bytes));
   ASSIGN_OR_RETURN(NamespaceSpec spec,
-                   ValidateNamespace(open.namespace_(), limits_));
+                   ValidateNamespace(open.namespace_(), options_));
   if (sessions_.size() >= options_.sessions.max_sessions) {
     return FieldError(absl::StatusCode::kResourceExhausted, "sessions",
                       v1::ERROR_REASON_LIMIT,
@@ -169,7 +165,7 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
                             v1::AcquireResponse* resp, LeaseHandle* handle) {
   ASSIGN_OR_RETURN(SessionRef session, sessions_.Lookup(req.session_id()));
   ASSIGN_OR_RETURN(
-      Prompt p, ValidatePrompt(FieldsOf(req), session.binding.page_size, limits_));
+      Prompt p, ValidatePrompt(FieldsOf(req), session.binding.page_size, options_));
   RETURN_IF_ERROR(CheckReleaseLeaseList(req.release_leases()));
   RadixTree* t = registry_.tree();
   if (t == nullptr) return absl::InternalError("session without a pool");
@@ -247,9 +243,9 @@ void Cache::AbandonLease(const LeaseHandle& handle) {
 
 absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) {
   ASSIGN_OR_RETURN(NamespaceSpec spec,
-                   ValidateNamespace(req.namespace_(), limits_));
+                   ValidateNamespace(req.namespace_(), options_));
   ASSIGN_OR_RETURN(Prompt p,
-                   ValidatePrompt(FieldsOf(req), spec.page_size, limits_));
+                   ValidatePrompt(FieldsOf(req), spec.page_size, options_));
   const BlockKey root = ThreadCachedRoot(spec);
   NamespaceEntry ns;
   RadixTree* t = registry_.tree();

@@ -62,17 +62,13 @@ struct SessionOptions {
   absl::Duration lease_ttl = absl::Minutes(5);
 };
 
-struct CacheOptions {
+// The request limits (RequestLimits: max_prompt_tokens, max_string_bytes,
+// max_page_size, allow_key_mode) and the rest of the daemon core's options.
+struct CacheOptions : RequestLimits {
   // The pool to create when the first namespace binds.
   gpu::PoolSpec pool;
   // Most pages the pool may be divided into (--max_pool_pages).
   uint64_t max_pool_pages = uint64_t{1} << 22;
-  // Request limits (each is a radixkvd flag of the same name).
-  uint32_t max_prompt_tokens = 131072;
-  uint32_t max_string_bytes = 256;
-  uint32_t max_page_size = 1024;
-  // Accept block_keys instead of tokens (hits then cannot be verified).
-  bool allow_key_mode = false;
   SessionOptions sessions;
   // Events kept for WatchEvents consumers.
   size_t event_buffer = 65536;
@@ -154,7 +150,6 @@ class Cache {
   void SweeperLoop();
 
   const CacheOptions options_;
-  const RequestLimits limits_;
   const absl::Time started_;
   EventLog events_;
   NamespaceRegistry registry_;

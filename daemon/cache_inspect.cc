@@ -186,9 +186,9 @@ static std::vector<int> OtherNamespaceHits(
 absl::Status Cache::Explain(const v1::ExplainRequest& req,
                             v1::ExplainResponse* resp) const {
   ASSIGN_OR_RETURN(NamespaceSpec spec,
-                   ValidateNamespace(req.namespace_(), limits_));
+                   ValidateNamespace(req.namespace_(), options_));
   ASSIGN_OR_RETURN(Prompt p,
-                   ValidatePrompt(FieldsOf(req), spec.page_size, limits_));
+                   ValidatePrompt(FieldsOf(req), spec.page_size, options_));
   const BlockKey root = NamespaceRoot(spec);
   std::vector<BlockKey> keys = std::move(p.keys);
   absl::Span<const uint32_t> tokens;

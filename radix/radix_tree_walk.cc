@@ -209,21 +209,9 @@ absl::StatusOr<MatchResult> RadixTree::Match(
   m.matches.fetch_add(1, std::memory_order_relaxed);
   MatchResult r;
   r.total_blocks = static_cast<uint32_t>(keys.size());
-  // Count-only walk (no vector): the hot path of routers and probes.
-  const size_t ps = m.namespaces[ns].spec.page_size;
-  PageId parent = kNoPage;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const PageId p = m.FindByKey(ns, parent, keys[i]);
-    if (p == kNoPage) break;
-    const auto block = tokens.empty() ? absl::Span<const uint32_t>()
-                                      : tokens.subspan(i * ps, ps);
-    if (!m.Verifies(p, ns, parent, block)) {
-      ++r.collisions;
-      break;
-    }
-    parent = p;
-    ++r.matched_blocks;
-  }
+  // Count-only (no page vector): the hot path of routers and probes.
+  r.matched_blocks = static_cast<uint32_t>(
+      m.MatchPath(ns, keys, tokens, {}, 0, nullptr, &r.collisions));
   return r;
 }
 
