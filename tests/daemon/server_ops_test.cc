@@ -175,6 +175,30 @@ TEST(ServerStartTest, MetricsPortInUseIsAClearError) {
       << server.status();
 }
 
+// --max_pool_pages must be usable, and a none pool may not exceed it; each
+// refusal names the flag and starts nothing.
+TEST(ServerStartTest, MaxPoolPagesIsChecked) {
+  daemon::ServerOptions o;
+  o.socket_path = TempSocketPath("maxp");
+  o.metrics_listen = "";
+  o.pool = "none,pages=64";
+  o.cache.max_pool_pages = 0;
+  auto server = daemon::Server::Start(o);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(server.status().message().find("--max_pool_pages=0"),
+            std::string::npos)
+      << server.status();
+  o.cache.max_pool_pages = 32;
+  server = daemon::Server::Start(o);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(server.status().message().find("exceeds --max_pool_pages=32"),
+            std::string::npos)
+      << server.status();
+  EXPECT_NE(access(o.socket_path.c_str(), F_OK), 0);  // nothing listens
+}
+
 TEST(ServerStartTest, BadPoolFlagIsAClearError) {
   daemon::ServerOptions o;
   o.socket_path = TempSocketPath("pool");
