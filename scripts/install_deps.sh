@@ -10,10 +10,10 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libxxhash-dev prometheus-cpp-dev grpc-proto
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
-  libsystemd-dev
+  libsystemd-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libfuzzer-14-dev liburing-dev
   # tests and tools: promtool, python (vectors, simulation), redis + h2load (benchmarks)
   prometheus python3 python3-grpcio python3-protobuf python3-xxhash
-  python3-numpy python3-pytest python3-torch
+  python3-numpy python3-pytest python3-torch python3-zmq python3-msgpack openssl fio
   redis-server redis-tools nghttp2-client curl procps valgrind
 )
 
