@@ -1,6 +1,8 @@
 #include "client/client.h"
 
+#include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -21,8 +23,40 @@
 namespace radixkv {
 namespace {
 
+using SteadyClock = std::chrono::steady_clock;
+
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+SteadyClock::duration ToSteady(absl::Duration d) {
+  return std::chrono::duration_cast<SteadyClock::duration>(
+      absl::ToChronoNanoseconds(d));
+}
+
+// Until when a lease acquired by a call sent at `sent` may hand out page
+// access: its expiry (the earlier of the daemon's deadline, read against
+// this host's clock, and `sent` + the session's lease TTL) less the safety
+// margin min(1 s, TTL / 10). time_point::max() when the daemon names
+// neither.
+SteadyClock::time_point UsableUntil(SteadyClock::time_point sent,
+                                    absl::Duration ttl,
+                                    uint64_t expires_unix_ms) {
+  const SteadyClock::time_point now = SteadyClock::now();
+  SteadyClock::time_point deadline = SteadyClock::time_point::max();
+  if (expires_unix_ms > 0) {
+    deadline = now + ToSteady(absl::FromUnixMillis(
+                                  static_cast<int64_t>(expires_unix_ms)) -
+                              absl::Now());
+  }
+  if (ttl > absl::ZeroDuration()) {
+    deadline = std::min(deadline, sent + ToSteady(ttl));
+  }
+  if (deadline == SteadyClock::time_point::max()) return deadline;
+  const absl::Duration span =
+      ttl > absl::ZeroDuration() ? ttl : absl::FromChrono(deadline - sent);
+  const absl::Duration margin = std::min(absl::Seconds(1), span / 10);
+  return deadline - ToSteady(std::max(margin, absl::ZeroDuration()));
 }
 
 // Errors that mean the request itself is wrong: the worker must hear about
@@ -142,6 +176,8 @@ Lease& Lease::operator=(Lease&& other) noexcept {
   ReleaseBestEffort();
   core_ = std::move(other.core_);
   pool_ = std::move(other.pool_);
+  life_ = std::move(other.life_);
+  usable_until_ = other.usable_until_;
   session_id_ = std::move(other.session_id_);
   session_generation_ = other.session_generation_;
   lease_id_ = std::exchange(other.lease_id_, 0);
@@ -159,7 +195,13 @@ Lease::~Lease() { ReleaseBestEffort(); }
 
 void Lease::ReleaseBestEffort() {
   if (lease_id_ == 0) return;
-  if (core_->options().release_delay > absl::ZeroDuration()) {
+  const bool current = core_->IsCurrent(session_generation_);
+  if (!current && !core_->Stopped()) {
+    // A lost session: the next open acknowledges all of its leases.
+    lease_id_ = 0;
+    return;
+  }
+  if (current && core_->options().release_delay > absl::ZeroDuration()) {
     core_->DeferRelease(session_generation_, std::exchange(lease_id_, 0));
     return;
   }
@@ -171,8 +213,45 @@ void Lease::ReleaseBestEffort() {
 }
 
 void* Lease::page_address(size_t i) const {
-  if (pool_ == nullptr || i >= pages_.size()) return nullptr;
+  if (pool_ == nullptr || i >= pages_.size() || !live()) return nullptr;
   return pool_->page_address(pages_[i]);
+}
+
+bool Lease::live() const {
+  return lease_id_ != 0 && life_ != nullptr &&
+         !life_->ended.load(std::memory_order_acquire) &&
+         SteadyClock::now() < usable_until_;
+}
+
+absl::Duration Lease::time_left() const {
+  if (!live()) return absl::ZeroDuration();
+  if (usable_until_ == SteadyClock::time_point::max()) {
+    return absl::InfiniteDuration();
+  }
+  return absl::FromChrono(usable_until_ - SteadyClock::now());
+}
+
+absl::Status Lease::ConfirmRead() const {
+  if (degraded_) {
+    return absl::FailedPreconditionError(
+        "Lease::ConfirmRead: degraded lease holds no pages");
+  }
+  if (lease_id_ == 0) {
+    return absl::FailedPreconditionError(
+        "Lease::ConfirmRead: the lease has ended; what was read is not "
+        "pinned");
+  }
+  if (life_ == nullptr || life_->ended.load(std::memory_order_acquire)) {
+    return absl::UnavailableError(
+        "Lease::ConfirmRead: the session of this lease ended; discard what "
+        "was read");
+  }
+  if (SteadyClock::now() >= usable_until_) {
+    return absl::DeadlineExceededError(
+        "Lease::ConfirmRead: the lease expired (less its safety margin) "
+        "before the read finished; discard what was read");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::CommitResponse> Lease::Commit(uint32_t blocks,
@@ -188,7 +267,9 @@ absl::StatusOr<v1::CommitResponse> Lease::Commit(uint32_t blocks,
         uncommitted_blocks(), " uncommitted new pages"));
   }
   if (!core_->IsCurrent(session_generation_)) {
-    lease_id_ = 0;  // the daemon dropped it with the session
+    // The daemon ended it with the session (its pages were fenced if the
+    // daemon still runs): say they will not be written, cache nothing.
+    Release().IgnoreError();
     return absl::UnavailableError(
         "Lease::Commit: the session of this lease ended (daemon restart); "
         "the pages were not cached");
@@ -203,18 +284,25 @@ absl::StatusOr<v1::CommitResponse> Lease::Commit(uint32_t blocks,
   SetDeadline(&ctx, core_->options().call_timeout);
   absl::Status s = FromGrpcStatus(core_->stub()->Commit(&ctx, req, &resp));
   if (!s.ok()) {
-    if (s.code() == absl::StatusCode::kNotFound) lease_id_ = 0;
+    if (s.code() == absl::StatusCode::kNotFound) {
+      core_->UntrackLease(session_generation_, std::exchange(lease_id_, 0));
+    }
     return s;
   }
   committed_blocks_ += blocks;
-  if (release || resp.released()) lease_id_ = 0;
+  if (release || resp.released()) {
+    core_->UntrackLease(session_generation_, std::exchange(lease_id_, 0));
+  }
   return resp;
 }
 
 absl::Status Lease::Release() {
   if (lease_id_ == 0) return absl::OkStatus();
   const uint64_t id = std::exchange(lease_id_, 0);
-  if (!core_->IsCurrent(session_generation_)) return absl::OkStatus();
+  core_->UntrackLease(session_generation_, id);
+  // Sent even when the session has ended: for a daemon that fenced the
+  // lease's pages with the session, it says they will not be written again.
+  const bool current = core_->IsCurrent(session_generation_);
   v1::ReleaseRequest req;
   req.set_session_id(session_id_);
   req.set_lease_id(id);
@@ -222,8 +310,11 @@ absl::Status Lease::Release() {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, core_->options().release_timeout);
   absl::Status s = FromGrpcStatus(core_->stub()->Release(&ctx, req, &resp));
-  // NOT_FOUND: already gone (TTL, session end): the goal is reached.
-  if (s.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+  // NOT_FOUND: already gone (TTL, session end): the goal is reached. A
+  // lease of an ended session is gone whatever the answer.
+  if (s.code() == absl::StatusCode::kNotFound || !current) {
+    return absl::OkStatus();
+  }
   return s;
 }
 
@@ -314,9 +405,11 @@ absl::StatusOr<Lease> Client::AcquireImpl(v1::AcquireRequest req,
       core_->TakeDeferred(session.generation, kMaxReleaseLeasesPerAcquire);
   req.mutable_release_leases()->Add(carried.begin(), carried.end());
   v1::AcquireResponse resp;
+  SteadyClock::time_point sent;
   auto call = [&] {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, options_.call_timeout);
+    sent = SteadyClock::now();
     return FromGrpcStatus(core_->stub()->Acquire(&ctx, req, &resp));
   };
   absl::Status s = call();
@@ -342,10 +435,23 @@ absl::StatusOr<Lease> Client::AcquireImpl(v1::AcquireRequest req,
     lease.degraded_ = true;
     return lease;
   }
+  return LeaseFromResponse(resp, std::move(session), sent, std::move(lease));
+}
+
+absl::StatusOr<Lease> Client::LeaseFromResponse(
+    const v1::AcquireResponse& resp, client_internal::SessionSnapshot session,
+    std::chrono::steady_clock::time_point sent, Lease lease) {
+  const uint32_t total_blocks = lease.total_blocks_;
   lease.session_id_ = std::move(session.session_id);
   lease.session_generation_ = session.generation;
   lease.pool_ = std::move(session.pool);
+  lease.life_ = std::move(session.life);
+  lease.usable_until_ =
+      UsableUntil(sent, session.lease_ttl, resp.lease_expires_unix_ms());
   lease.lease_id_ = resp.lease_id();
+  if (lease.lease_id_ != 0) {
+    core_->TrackLease(lease.session_generation_, lease.lease_id_);
+  }
   lease.total_blocks_ = resp.total_blocks();
   lease.matched_blocks_ = resp.matched_blocks();
   lease.matched_tokens_ = resp.matched_tokens();
@@ -377,6 +483,15 @@ absl::StatusOr<Lease> Client::AcquireImpl(v1::AcquireRequest req,
     return absl::InternalError(absl::StrCat(
         "Acquire: daemon returned ", lease.pages_.size(), " pages for ",
         lease.matched_blocks_, " matched + ", lease.new_blocks_, " new blocks"));
+  }
+  if (lease.held() && SteadyClock::now() >= lease.usable_until_) {
+    // Too late to use (a slow answer): end it now and serve a miss.
+    lease.Release().IgnoreError();
+    Lease miss;
+    miss.core_ = core_;
+    miss.degraded_ = true;
+    miss.total_blocks_ = total_blocks;
+    return miss;
   }
   return lease;
 }

@@ -37,8 +37,17 @@
 //   session thread releases it.
 // * A daemon restart loses the cache and every lease; a Lease from before the
 //   restart answers Commit with UNAVAILABLE and Release with OK (the daemon
-//   already dropped it). Its page addresses stay readable/writable: the lease
-//   keeps the old mapping alive.
+//   already dropped it). It hands out no page address any more (its mapping
+//   stays alive, so a pointer taken before faults nothing).
+// * Fail closed: a Lease hands out page addresses only while it is live:
+//   held, its session open, and before its expiry less a safety margin
+//   (Lease::time_left). A reader calls ConfirmRead after its reads finished
+//   and treats the prompt as a miss unless that is OK. An Acquire answer
+//   that arrives already past that point is a miss (a degraded Lease).
+// * Lost sessions are acknowledged: once a session has ended without the
+//   client closing it, its Leases refuse page access, and the next session
+//   open lists its id in OpenSession.acknowledge_sessions (at most 64, the
+//   oldest dropped), so the daemon may reuse the pages it fenced.
 //
 // Thread safety: Client is thread-safe; every public method may be called
 // from any thread concurrently. A Lease is a single-owner value: do not use
@@ -48,6 +57,7 @@
 #ifndef RADIXKV_CLIENT_CLIENT_H_
 #define RADIXKV_CLIENT_CLIENT_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -70,7 +80,12 @@ class MappedPool;  // gpu/mapped_pool.h
 
 namespace client_internal {
 class Core;
+struct SessionLife;
+struct SessionSnapshot;
 }  // namespace client_internal
+
+// OpenSession.acknowledge_sessions holds at most this many ids.
+inline constexpr size_t kMaxAcknowledgeSessions = 64;
 
 // Options of a Client. Every field has a working default except `ns`, whose
 // layout (num_layers, num_kv_heads, head_dim, page_size, dtype) the worker
@@ -89,7 +104,11 @@ struct ClientOptions {
   absl::Duration initial_wait = absl::Seconds(2);
   // Reconnect backoff: the first retry waits `reconnect_initial_backoff`,
   // each failure doubles it up to `reconnect_max_backoff`; every wait is
-  // scaled by a random factor in [1 - jitter, 1 + jitter].
+  // scaled by a random factor in [1 - jitter, 1 + jitter]. An attempt waits
+  // up to connect_timeout for the connection (the channel's own connection
+  // retries during it are at most min(reconnect_max_backoff, 1 s) apart), so
+  // a session is open again at most reconnect_max_backoff * (1 + jitter)
+  // after the daemon accepts connections, plus the open itself.
   absl::Duration reconnect_initial_backoff = absl::Milliseconds(100);
   absl::Duration reconnect_max_backoff = absl::Seconds(5);
   double reconnect_jitter = 0.2;
@@ -141,8 +160,10 @@ absl::Status ValidateNamespaceSpec(const NamespaceSpec& spec);
 // blocks; the result of Client::Acquire. Move-only. The destructor ends a
 // lease that is still held, best effort (errors ignored, never throws, does
 // not block with the default ClientOptions::release_delay: the release rides
-// on the next Acquire or follows within release_delay). A default-constructed
-// or degraded Lease holds nothing.
+// on the next Acquire or follows within release_delay; a lease of a lost
+// session is left to the next open's acknowledgement; one that outlives its
+// Client sends its Release). A default-constructed or degraded Lease holds
+// nothing.
 //
 // Not thread-safe: one owner at a time.
 class Lease {
@@ -183,22 +204,45 @@ class Lease {
 
   // The worker-side address of pages()[i] in the mapped pool: a CPU pointer
   // for a host pool, a device pointer for a cuda pool. nullptr when no pool
-  // is mapped (attach_pool off, "none" pool, degraded) or i is out of range.
-  // Valid while this Lease lives.
+  // is mapped (attach_pool off, "none" pool, degraded), i is out of range,
+  // or the lease is not live(): ended, its session lost, or expired. A
+  // worker must not write a page after time_left() has run out, and must
+  // check ConfirmRead() after reading cached pages.
   void* page_address(size_t i) const;
+
+  // Held, its session still open, and before its expiry less the safety
+  // margin min(1 s, lease TTL / 10): the daemon still pins every page.
+  bool live() const;
+  // How long page access remains allowed (zero when not live()). The
+  // expiry is the earlier of the daemon's AcquireResponse deadline and the
+  // session's lease TTL counted from when the Acquire was sent, on the
+  // monotonic clock.
+  absl::Duration time_left() const;
+  // Call after reads of this lease's pages have finished (kernels done):
+  // OK when the lease was live at that point, so what was read is the
+  // cached K/V. Otherwise discard what was read and treat the prompt as a
+  // miss: DEADLINE_EXCEEDED (expired), UNAVAILABLE (session lost),
+  // FAILED_PRECONDITION (degraded, or ended by Commit with release or
+  // Release).
+  absl::Status ConfirmRead() const;
 
   // Commits the next `blocks` uncommitted new pages, in block order, as the
   // blocks after the matched prefix; with release, also ends the lease.
   // REQUIRES: the K/V of those blocks has been written (kernels finished).
   // Errors: FAILED_PRECONDITION when the lease is not held or `blocks`
   // exceeds uncommitted_blocks() (nothing sent); UNAVAILABLE when the session
-  // the lease belongs to has ended (daemon restart); the daemon's error
-  // otherwise.
+  // the lease belongs to has ended (daemon restart; the lease then ends
+  // with a Release call instead); the daemon's error
+  // otherwise. A NOT_FOUND answer (the lease expired or ended) ends the
+  // lease here too: it refuses page access from then on. An expired lease
+  // still sends its Commit: the daemon caches nothing for it, and the call
+  // tells the daemon the lease's pages will not be written again.
   absl::StatusOr<v1::CommitResponse> Commit(uint32_t blocks, bool release);
 
   // Ends the lease without committing more, now (one Release call; not
   // deferred). OK when not held (idempotent) or when the session already
-  // ended.
+  // ended; the call goes out then too, telling a daemon that fenced the
+  // lease's pages with the session that they will not be written again.
   absl::Status Release();
 
  private:
@@ -208,6 +252,11 @@ class Lease {
 
   std::shared_ptr<client_internal::Core> core_;
   std::shared_ptr<gpu::MappedPool> pool_;
+  // The session's shared end flag; null for a degraded lease.
+  std::shared_ptr<const client_internal::SessionLife> life_;
+  // Page access ends here (expiry less the safety margin).
+  std::chrono::steady_clock::time_point usable_until_ =
+      std::chrono::steady_clock::time_point::max();
   std::string session_id_;
   uint64_t session_generation_ = 0;
   uint64_t lease_id_ = 0;
@@ -235,6 +284,8 @@ struct ClientState {
   uint64_t reconnects = 0;  // sessions opened after the first
   v1::PoolInfo pool;        // from the current/last SessionInfo
   absl::Status last_error;  // why the last open attempt or stream failed
+  // Ended sessions the next OpenSession acknowledges, oldest first.
+  std::vector<std::string> unacknowledged_sessions;
 };
 
 class Client {
@@ -249,7 +300,9 @@ class Client {
   static absl::StatusOr<std::unique_ptr<Client>> Create(
       const ClientOptions& options);
 
-  // Closes the session (the daemon releases its leases) and stops the thread.
+  // Releases every lease of the session still held or queued (Leases that
+  // outlive the Client hand out no page address any more), closes the
+  // session and stops the thread.
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -297,6 +350,11 @@ class Client {
 
   absl::StatusOr<Lease> AcquireImpl(v1::AcquireRequest request,
                                     uint32_t total_blocks);
+  // The Lease an Acquire answered (sent at `sent`, in `session`): its
+  // pages and expiry; a miss when it arrived too late to use.
+  absl::StatusOr<Lease> LeaseFromResponse(
+      const v1::AcquireResponse& resp, client_internal::SessionSnapshot session,
+      std::chrono::steady_clock::time_point sent, Lease lease);
 
   const ClientOptions options_;
   const BlockKey root_;

@@ -19,6 +19,9 @@
 namespace radixkv::client_internal {
 namespace {
 
+// Longest wait between the channel's own connection retries.
+constexpr absl::Duration kMaxChannelBackoff = absl::Seconds(1);
+
 int ToMillis(absl::Duration d) {
   const int64_t ms = absl::ToInt64Milliseconds(d);
   return static_cast<int>(std::clamp<int64_t>(ms, 1, 1 << 30));
@@ -27,14 +30,18 @@ int ToMillis(absl::Duration d) {
 std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& options,
                                            const std::string& target) {
   grpc::ChannelArguments args = ClientChannelArguments();
-  // Reconnect quickly after a daemon restart; our own session backoff sits
-  // on top of this.
+  // The session backoff (Core::Loop) decides when to reconnect; the channel
+  // only retries the connection while a session attempt waits for it
+  // (wait_for_ready), at most kMaxChannelBackoff apart, and its backoff is
+  // reset before each attempt, so it never adds to the session backoff.
+  const absl::Duration channel_max =
+      std::min(options.reconnect_max_backoff, kMaxChannelBackoff);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
-              ToMillis(options.reconnect_initial_backoff));
+              ToMillis(std::min(options.reconnect_initial_backoff, channel_max)));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, ToMillis(channel_max));
+  // gRPC reads this one as the minimum time one connection attempt may take.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-              ToMillis(options.reconnect_initial_backoff));
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
-              ToMillis(options.reconnect_max_backoff));
+              ToMillis(options.connect_timeout));
   // Transport-level liveness in addition to heartbeat acks. The session
   // stream always has traffic, so the server's ping policy accepts these.
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
@@ -65,7 +72,9 @@ void Core::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+    // A serving session thread first releases the queued leases (a session
+    // that ends with leases open has their pages fenced), then cancels.
+    if (stream_ctx_ != nullptr && !connected_) stream_ctx_->TryCancel();
   }
   if (thread_.joinable()) thread_.join();
 }
@@ -77,6 +86,8 @@ SessionSnapshot Core::Current() const {
   s.session_id = session_id_;
   s.generation = generation_;
   s.pool = pool_;
+  if (connected_) s.life = life_;
+  s.lease_ttl = lease_ttl_;
   return s;
 }
 
@@ -85,10 +96,18 @@ bool Core::IsCurrent(uint64_t generation) const {
   return IsCurrentLocked(generation);
 }
 
+bool Core::Stopped() const {
+  absl::MutexLock lock(&mu_);
+  return stopping_;
+}
+
 void Core::ReportSessionLost(uint64_t generation) {
   absl::MutexLock lock(&mu_);
   if (!IsCurrentLocked(generation)) return;
   last_error_ = absl::NotFoundError("the daemon no longer knows the session");
+  // Its leases refuse page access from now on; the session thread queues
+  // the id for acknowledgement when it ends the stream.
+  if (life_ != nullptr) life_->ended.store(true, std::memory_order_release);
   if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
 }
 
@@ -101,6 +120,8 @@ ClientState Core::State() const {
   s.reconnects = reconnects_;
   s.pool = pool_info_;
   s.last_error = last_error_;
+  s.unacknowledged_sessions.assign(unacknowledged_.begin(),
+                                   unacknowledged_.end());
   return s;
 }
 
@@ -120,9 +141,20 @@ absl::Duration Core::NextBackoff(absl::Duration base) {
   return base * dist(rng_);
 }
 
+void Core::TrackLease(uint64_t generation, uint64_t lease_id) {
+  absl::MutexLock lock(&mu_);
+  if (IsCurrentLocked(generation)) live_leases_.insert(lease_id);
+}
+
+void Core::UntrackLease(uint64_t generation, uint64_t lease_id) {
+  absl::MutexLock lock(&mu_);
+  if (IsCurrentLocked(generation)) live_leases_.erase(lease_id);
+}
+
 void Core::DeferRelease(uint64_t generation, uint64_t lease_id) {
   absl::MutexLock lock(&mu_);
   if (!IsCurrentLocked(generation)) return;  // already ended
+  live_leases_.erase(lease_id);
   const absl::Time now = absl::Now();
   deferred_.push_back(DeferredRelease{lease_id, now});
   release_ticking_until_ = now + absl::Seconds(1);
@@ -174,10 +206,6 @@ void Core::SendReleases(const std::string& session_id,
   v1::ReleaseRequest req;
   req.set_session_id(session_id);
   for (uint64_t id : ids) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;  // closing the session ends them all
-    }
     req.set_lease_id(id);
     v1::ReleaseResponse resp;
     grpc::ClientContext ctx;
@@ -216,6 +244,35 @@ void Core::Loop() {
   }
 }
 
+v1::SessionRequest Core::OpenRequest() const {
+  v1::SessionRequest open;
+  v1::OpenSession* o = open.mutable_open();
+  *o->mutable_namespace_() = NamespaceToProto(options_.ns);
+  o->set_device(options_.device);
+  o->set_client_name(options_.client_name.data(), options_.client_name.size());
+  o->set_block_key_version(kBlockKeyVersion);
+  for (const std::string& id : unacknowledged_) {
+    o->add_acknowledge_sessions(id.data(), id.size());
+  }
+  return open;
+}
+
+void Core::EndPublishedLocked() {
+  // First stop every writer (the leases check this flag), then promise the
+  // daemon, through the next open, that none of them writes again.
+  if (life_ != nullptr) life_->ended.store(true, std::memory_order_release);
+  life_.reset();
+  if (stopping_ || session_id_.empty()) return;
+  if (std::find(unacknowledged_.begin(), unacknowledged_.end(), session_id_) !=
+      unacknowledged_.end()) {
+    return;
+  }
+  unacknowledged_.push_back(session_id_);
+  while (unacknowledged_.size() > kMaxAcknowledgeSessions) {
+    unacknowledged_.pop_front();
+  }
+}
+
 void Core::ReadLoop(Stream* stream, const v1::SessionRequest& open) {
   bool ok = stream->Write(open);
   v1::SessionResponse response;
@@ -235,6 +292,10 @@ absl::Status Core::RunSession() {
   grpc::ClientContext ctx;
   // Do not block in the call's creation; metadata goes out with `open`.
   ctx.set_initial_metadata_corked(true);
+  // Wait for the connection (up to connect_timeout, when this thread
+  // cancels the call) instead of failing while the channel backs off.
+  ctx.set_wait_for_ready(true);
+  v1::SessionRequest open;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::CancelledError("client closing");
@@ -242,24 +303,22 @@ absl::Status Core::RunSession() {
     stream_opened_ = false;
     stream_ended_ = false;
     stream_info_.Clear();
+    open = OpenRequest();
   }
+  // Connect now rather than when the channel's backoff timer fires.
+  grpc::experimental::ChannelResetConnectionBackoff(channel_.get());
   std::unique_ptr<Stream> stream = stub_->Session(&ctx);
-
-  v1::SessionRequest open;
-  v1::OpenSession* o = open.mutable_open();
-  *o->mutable_namespace_() = NamespaceToProto(options_.ns);
-  o->set_device(options_.device);
-  o->set_client_name(options_.client_name.data(), options_.client_name.size());
-  o->set_block_key_version(kBlockKeyVersion);
   std::thread reader([this, s = stream.get(), &open] { ReadLoop(s, open); });
 
   // Ends the stream: cancel, join the reader, collect the final status.
   auto finish = [&](absl::Status why) {
     {
       absl::MutexLock lock(&mu_);
+      if (connected_) EndPublishedLocked();
       connected_ = false;
       pool_.reset();
       deferred_.clear();  // the daemon ends the session's leases itself
+      live_leases_.clear();
       release_now_ = false;
       ctx.TryCancel();
     }
@@ -294,6 +353,14 @@ absl::Status Core::RunSession() {
     }
   }
   if (!open_error.ok()) return finish(open_error);
+  {
+    // The daemon has taken the acknowledgements with the open.
+    absl::MutexLock lock(&mu_);
+    const size_t sent = open.open().acknowledge_sessions_size();
+    unacknowledged_.erase(unacknowledged_.begin(),
+                          unacknowledged_.begin() +
+                              std::min(sent, unacknowledged_.size()));
+  }
 
   std::shared_ptr<gpu::MappedPool> pool;
   if (options_.attach_pool && info.pool().backend() != "none" &&
@@ -316,6 +383,8 @@ absl::Status Core::RunSession() {
     session_id_ = info.session_id();
     pool_info_ = info.pool();
     pool_ = std::move(pool);
+    lease_ttl_ = absl::Milliseconds(info.lease_ttl_ms());
+    life_ = std::make_shared<SessionLife>();
     connected_ = true;
     last_error_ = absl::OkStatus();
     last_ack_ = absl::Now();
@@ -348,6 +417,12 @@ absl::Status Core::RunSession() {
       const absl::Time woke = absl::Now();
       if (stopping_) {
         stop_reason = absl::CancelledError("client closing");
+        // No lease of this session writes from now on; all of them end.
+        if (life_ != nullptr) life_->ended.store(true, std::memory_order_release);
+        releases = TakeDueReleases(absl::InfiniteFuture());
+        releases.insert(releases.end(), live_leases_.begin(),
+                        live_leases_.end());
+        live_leases_.clear();
       } else if (stream_ended_) {
         ended = true;
       } else if (woke - last_ack_ > 3 * options_.heartbeat_interval) {
@@ -358,7 +433,11 @@ absl::Status Core::RunSession() {
         heartbeat_due = woke >= next_heartbeat;
       }
     }
-    if (!stop_reason.ok()) return finish(stop_reason);
+    if (!stop_reason.ok()) {
+      // Closing: the queued leases end now, not fenced with the session.
+      if (!releases.empty()) SendReleases(info.session_id(), releases);
+      return finish(stop_reason);
+    }
     if (ended) break;
     if (!releases.empty()) SendReleases(info.session_id(), releases);
     if (!heartbeat_due) continue;

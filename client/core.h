@@ -11,9 +11,19 @@
 //   serve:   publish the session (connected, new generation), send a
 //            heartbeat every heartbeat_interval, send Release for dropped
 //            leases that no Acquire carried within release_delay, and watch
-//            for the stream's end or 3 missed heartbeat acks
-//   end:     unpublish (disconnected), cancel the stream, wait with
-//            exponential backoff + jitter, connect again
+//            for the stream's end or 3 missed heartbeat acks; when the
+//            client closes, mark the session ended and release every lease
+//            still held or queued before the stream ends (a daemon fences
+//            the pages of leases a session ends with)
+//   end:     unpublish (disconnected), mark the session ended (its leases
+//            refuse page access), queue its id for acknowledgement, cancel
+//            the stream, wait with exponential backoff + jitter, connect
+//            again; the next `open` lists the queued ids in
+//            acknowledge_sessions and a SessionInfo reply clears them
+//
+// Connecting: the Session call waits for the channel (wait_for_ready) up to
+// connect_timeout, and the channel's connection backoff is reset before each
+// attempt, so gRPC's own backoff never adds to the session backoff.
 //
 // Each stream uses two threads: the session thread (waits, heartbeats) and a
 // reader thread that starts the call, writes `open` and reads responses, so
@@ -25,6 +35,7 @@
 #ifndef RADIXKV_CLIENT_CORE_H_
 #define RADIXKV_CLIENT_CORE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -35,6 +46,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -44,12 +56,23 @@
 
 namespace radixkv::client_internal {
 
+// Shared by a session and its Leases: whether the session has ended (its
+// stream ended, the daemon no longer knows it, or the client closed). Set
+// once, before the session's id is queued for acknowledgement; Leases read
+// it on every page access.
+struct SessionLife {
+  std::atomic<bool> ended{false};
+};
+
 // A consistent view of the current session, taken under the lock.
 struct SessionSnapshot {
   bool usable = false;  // open (and pool mapped when attach_pool is set)
   std::string session_id;
   uint64_t generation = 0;
   std::shared_ptr<gpu::MappedPool> pool;
+  std::shared_ptr<const SessionLife> life;  // null when not usable
+  // SessionInfo.lease_ttl_ms; zero when the daemon did not say.
+  absl::Duration lease_ttl;
 };
 
 class Core {
@@ -72,13 +95,20 @@ class Core {
   SessionSnapshot Current() const;
   // Whether the session `generation` is still the open one.
   bool IsCurrent(uint64_t generation) const;
-  // The daemon no longer knows session `generation` (NOT_FOUND): drop the
-  // stream so that the session thread re-opens it. No-op for an old
-  // generation.
+  // Whether Stop() was called (the client is closed or closing).
+  bool Stopped() const;
+  // The daemon no longer knows session `generation` (NOT_FOUND): mark it
+  // ended and drop the stream so that the session thread re-opens it. No-op
+  // for an old generation.
   void ReportSessionLost(uint64_t generation);
 
   ClientState State() const;
   absl::Status WaitForSession(absl::Duration timeout) const;
+
+  // The held leases of session `generation` (ended when the client closes).
+  // No-ops for a session that is no longer the open one.
+  void TrackLease(uint64_t generation, uint64_t lease_id);
+  void UntrackLease(uint64_t generation, uint64_t lease_id);
 
   // Deferred releases (ClientOptions::release_delay).
   // Queues lease `lease_id` of session `generation`; dropped when that
@@ -99,6 +129,13 @@ class Core {
   void Loop();
   // One stream's life: connect, serve, end. Returns why it ended.
   absl::Status RunSession();
+  // The `open` request, acknowledging the queued lost sessions.
+  v1::SessionRequest OpenRequest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the published session (under mu_): unpublishes it, marks its
+  // leases' SessionLife ended and, unless the client is closing, queues its
+  // id for acknowledgement (the oldest dropped beyond
+  // kMaxAcknowledgeSessions).
+  void EndPublishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReadLoop(Stream* stream, const v1::SessionRequest& open);
   absl::Duration NextBackoff(absl::Duration base);
 
@@ -121,8 +158,9 @@ class Core {
   std::vector<uint64_t> TakeDueReleases(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends Release for each id (the session thread, no lock held); stops at
-  // the first call that does not reach the daemon, and when the client is
-  // closing (at most one release_timeout then).
+  // the first call that does not reach the daemon. Also used when the
+  // client closes, before the stream ends, so that the daemon does not
+  // fence the queued leases' pages with the session.
   void SendReleases(const std::string& session_id,
                     const std::vector<uint64_t>& ids);
 
@@ -141,6 +179,11 @@ class Core {
   uint64_t reconnects_ ABSL_GUARDED_BY(mu_) = 0;
   v1::PoolInfo pool_info_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<gpu::MappedPool> pool_ ABSL_GUARDED_BY(mu_);
+  absl::Duration lease_ttl_ ABSL_GUARDED_BY(mu_);
+  // The open session's end flag; null while none is published.
+  std::shared_ptr<SessionLife> life_ ABSL_GUARDED_BY(mu_);
+  // Ended sessions not yet acknowledged by an OpenSession, oldest first.
+  std::deque<std::string> unacknowledged_ ABSL_GUARDED_BY(mu_);
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   // The live stream's context (owned by RunSession), for cancellation.
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -155,6 +198,8 @@ class Core {
     absl::Time since;
   };
   std::deque<DeferredRelease> deferred_ ABSL_GUARDED_BY(mu_);
+  // Held leases of the open session that are not queued in deferred_.
+  absl::flat_hash_set<uint64_t> live_leases_ ABSL_GUARDED_BY(mu_);
   bool release_now_ ABSL_GUARDED_BY(mu_) = false;
   // When the serving session thread wakes next, and whether something
   // changed that needs it sooner.

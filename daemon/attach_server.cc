@@ -17,6 +17,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/attach_protocol.h"
 #include "daemon/log.h"
 #include "gpu/fd_passing.h"
 #include "radixkv/v1/radixkv.pb.h"
@@ -33,43 +34,6 @@ struct AttachServer::Pending {
 };
 
 namespace {
-
-bool IsValidUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80) {
-      len = 1;
-      cp = c;
-    } else if ((c & 0xe0) == 0xc0) {
-      len = 2;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > s.size()) return false;
-    for (size_t k = 1; k < len; ++k) {
-      unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3f);
-    }
-    // Overlong forms, surrogates and out-of-range code points.
-    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-      return false;
-    }
-    i += len;
-  }
-  return true;
-}
 
 bool FillAddress(const std::string& path, struct sockaddr_un* addr) {
   std::memset(addr, 0, sizeof(*addr));
@@ -293,6 +257,17 @@ void AttachServer::Accept(std::vector<Pending>* pending) {
                                 options_.max_pending, ")"));
       continue;
     }
+    if (options_.max_pending_per_uid != 0) {
+      size_t of_uid = 0;
+      for (const Pending& p : *pending) of_uid += p.peer.uid == conn.peer.uid;
+      if (of_uid >= options_.max_pending_per_uid) {
+        Refuse(conn, absl::StrCat("uid ", conn.peer.uid, " already has ",
+                                  of_uid, " connections waiting (the limit "
+                                  "--attach_max_pending_per_uid=",
+                                  options_.max_pending_per_uid, ")"));
+        continue;
+      }
+    }
     pending->push_back(std::move(conn));
   }
 }
@@ -309,19 +284,19 @@ void AttachServer::Serve(Pending* conn) {
                                " bytes, no fds): ", msg.status().message()));
     return;
   }
-  if (msg->eof || msg->bytes.empty()) {
-    Refuse(*conn, "connection closed or empty message instead of a session id");
+  static_assert(kMaxSessionIdBytes == kMaxAttachSessionIdBytes);
+  absl::StatusOr<absl::string_view> parsed =
+      ParseAttachRequest(msg->bytes, msg->fds.size(), msg->eof);
+  if (!parsed.ok()) {
+    Refuse(*conn, parsed.status().message());
     return;
   }
-  if (!IsValidUtf8(msg->bytes)) {
-    Refuse(*conn, "session id is not valid UTF-8");
-    return;
-  }
-  absl::string_view id = msg->bytes;
+  absl::string_view id = *parsed;
   std::string shown = absl::CHexEscape(id.substr(0, 64));
-  const gpu::PagePool* pool = resolve_(id);
+  const gpu::PagePool* pool = resolve_(id, conn->peer);
   if (pool == nullptr) {
-    Refuse(*conn, absl::StrCat("unknown session '", shown, "'"));
+    Refuse(*conn, absl::StrCat("unknown session '", shown,
+                               "', or one another uid opened"));
     return;
   }
   if (pool->backend() == gpu::Backend::kNone || pool->chunk_count() == 0) {

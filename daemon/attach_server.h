@@ -13,10 +13,12 @@
 //   // cache: the daemon's Cache*, which outlives the server.
 //   AttachServer::Options opts;
 //   opts.path = AttachSocketPathFor(grpc_socket_path);  // radixkv/defaults.h
-//   ASSIGN_OR_RETURN(std::unique_ptr<AttachServer> server,
-//                    AttachServer::Start(opts, [cache](absl::string_view id) {
-//                      return cache->PoolForSession(id);  // nullptr: refuse
-//                    }));
+//   ASSIGN_OR_RETURN(
+//       std::unique_ptr<AttachServer> server,
+//       AttachServer::Start(opts, [cache](absl::string_view id,
+//                                         const gpu::PeerCredentials& peer) {
+//         return cache->PoolForAttach(id, peer);  // nullptr: refuse
+//       }));
 //
 // Threads: one thread runs a poll loop over the listening socket, an eventfd
 // for shutdown and the connections that have not yet sent their id. Every
@@ -68,12 +70,18 @@ class AttachServer {
     absl::Duration request_timeout = absl::Seconds(5);
     // Connections waiting for their session id at once; more are refused.
     size_t max_pending = 64;
+    // Of those, at most this many from one uid (0: no per-uid limit), so
+    // one peer holding connections open cannot lock the others out.
+    size_t max_pending_per_uid = 8;
     // Socket file mode.
     uint32_t mode = 0660;
   };
 
-  // Resolves a session id to its pool; nullptr for an unknown session.
-  using Resolver =
+  // Resolves a session id, asked for by `peer`, to its pool; nullptr to
+  // refuse (an unknown session, one the peer may not map).
+  using Resolver = std::function<const gpu::PagePool*(
+      absl::string_view session_id, const gpu::PeerCredentials& peer)>;
+  using SimpleResolver =
       std::function<const gpu::PagePool*(absl::string_view session_id)>;
 
   // Counters since Start.
@@ -89,6 +97,14 @@ class AttachServer {
   // for socket/bind/listen failures.
   static absl::StatusOr<std::unique_ptr<AttachServer>> Start(
       const Options& options, Resolver resolve);
+  // The same, for a resolver that does not look at the peer.
+  static absl::StatusOr<std::unique_ptr<AttachServer>> Start(
+      const Options& options, SimpleResolver resolve) {
+    if (!resolve) return Start(options, Resolver());
+    return Start(options, [r = std::move(resolve)](
+                              absl::string_view id,
+                              const gpu::PeerCredentials&) { return r(id); });
+  }
 
   ~AttachServer();
   AttachServer(const AttachServer&) = delete;

@@ -3,8 +3,10 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/log.h"
 #include "radix/status_macros.h"
 #include "radixkv/defaults.h"
 #include "radixkv/errors.h"
@@ -67,8 +69,42 @@ Cache::Cache(const CacheOptions& options)
                  .remembered_evictions = options.remembered_evictions,
                  .events = &events_,
                  .attach_socket = options.attach_socket}),
-      sessions_(options.sessions.max_sessions) {
+      sessions_(options.sessions.max_sessions),
+      fences_([this](OwnerId owner) {
+        RadixTree* t = registry_.tree();
+        if (t != nullptr) t->ReleaseFenced(owner);
+      }) {
   sweeper_ = std::thread([this] { SweeperLoop(); });
+}
+
+uint64_t Cache::MaxSessionPages() const {
+  if (options_.sessions.max_pinned_pages_per_session != 0) {
+    return options_.sessions.max_pinned_pages_per_session;
+  }
+  RadixTree* t = registry_.tree();
+  return t == nullptr ? 0 : std::max<uint64_t>(1, t->capacity() / 2);
+}
+
+// Most ids OpenSession.acknowledge_sessions may list.
+constexpr int kMaxAcknowledged = 64;
+
+absl::Status Cache::Acknowledge(const v1::OpenSession& open,
+                                const Caller& caller) {
+  if (open.acknowledge_sessions_size() > kMaxAcknowledged) {
+    return FieldError(absl::StatusCode::kInvalidArgument,
+                      "open.acknowledge_sessions", v1::ERROR_REASON_INVALID,
+                      absl::StrCat(open.acknowledge_sessions_size(),
+                                   " ids; at most ", kMaxAcknowledged));
+  }
+  for (int i = 0; i < open.acknowledge_sessions_size(); ++i) {
+    RETURN_IF_ERROR(CheckString(
+        absl::StrCat("open.acknowledge_sessions[", i, "]"),
+        open.acknowledge_sessions(i), options_.max_string_bytes));
+  }
+  for (const std::string& id : open.acknowledge_sessions()) {
+    fences_.Acknowledge(id, caller.peer);
+  }
+  return absl::OkStatus();
 }
 
 Cache::~Cache() {
@@ -92,7 +128,7 @@ void Cache::SweeperLoop() {
 }
 
 absl::Status Cache::OpenSession(const v1::OpenSession& open,
-                                absl::string_view peer, v1::SessionInfo* info) {
+                                const Caller& caller, v1::SessionInfo* info) {
   if (!open.has_namespace_()) {
     return FieldError(absl::StatusCode::kInvalidArgument, "open.namespace",
                       v1::ERROR_REASON_INVALID,
@@ -111,6 +147,8 @@ absl::Status Cache::OpenSession(const v1::OpenSession& open,
                               options_.max_string_bytes));
   ASSIGN_OR_RETURN(NamespaceSpec spec,
                    ValidateNamespace(open.namespace_(), options_));
+  spec.cache_salt = AccessPolicy::EffectiveSalt(*caller.tenant, spec.cache_salt);
+  RETURN_IF_ERROR(Acknowledge(open, caller));
   if (sessions_.size() >= options_.sessions.max_sessions) {
     return FieldError(absl::StatusCode::kResourceExhausted, "sessions",
                       v1::ERROR_REASON_LIMIT,
@@ -118,10 +156,20 @@ absl::Status Cache::OpenSession(const v1::OpenSession& open,
                                    options_.sessions.max_sessions,
                                    " is reached"));
   }
-  ASSIGN_OR_RETURN(NamespaceEntry ns, registry_.Bind(spec));
-  ASSIGN_OR_RETURN(SessionEntry session,
-                   sessions_.Create({ns.id, ns.root, spec.page_size},
-                                    open.client_name(), peer, open.device()));
+  ASSIGN_OR_RETURN(
+      NamespaceEntry ns,
+      registry_.Bind(spec, {.salt_prefix = caller.tenant->salt_prefix,
+                            .tenant = caller.tenant->name,
+                            .max = caller.tenant->max_namespaces}));
+  ASSIGN_OR_RETURN(
+      SessionEntry session,
+      sessions_.Create({ns.id, ns.root, spec.page_size}, open.client_name(),
+                       caller, open.device(),
+                       {.per_peer = options_.sessions.max_sessions_per_peer,
+                        .per_tenant = caller.tenant->max_sessions}));
+  if (caller.peer.transport == PeerIdentity::Transport::kUnix) {
+    fences_.AddWriter(session.owner, caller.peer.pid);
+  }
   info->Clear();
   info->set_session_id(session.id);
   info->set_namespace_id(ns.root.ToCanonical());
@@ -129,13 +177,34 @@ absl::Status Cache::OpenSession(const v1::OpenSession& open,
   info->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.sessions.lease_ttl));
   info->set_max_prompt_tokens(options_.max_prompt_tokens);
   info->set_key_mode_allowed(options_.allow_key_mode);
+  info->set_tenant(caller.tenant->name);
   return absl::OkStatus();
 }
 
+absl::StatusOr<SessionRef> Cache::FindSession(absl::string_view session_id,
+                                              const Caller& caller) {
+  absl::StatusOr<SessionRef> r = sessions_.Lookup(session_id, caller.peer);
+  if (!r.ok() && absl::IsPermissionDenied(r.status())) {
+    CountPermissionDenied();
+    Log(LogLevel::kWarning,
+        absl::StrCat("audit: refused the use of another peer's session by ",
+                     caller.peer.ToString()));
+  }
+  return r;
+}
+
 void Cache::CloseSession(absl::string_view session_id) {
+  SessionEntry entry;
+  if (!sessions_.Get(session_id, &entry)) return;
   const OwnerId owner = sessions_.Remove(session_id);
+  if (owner == kNoOwner) return;  // closed concurrently
   RadixTree* t = registry_.tree();
-  if (owner != kNoOwner && t != nullptr) t->ReleaseOwner(owner);
+  if (t == nullptr) return;
+  // Leases still open may be written by a process that is alive: fence
+  // them (the tree ends them instead for a pool without memory).
+  t->ReleaseOwner(owner, /*fence=*/true);
+  const bool fenced = t->owner_leases(owner) != 0;
+  fences_.SessionEnded(session_id, owner, entry.peer, fenced);
 }
 
 absl::Status Cache::LeaseError(absl::string_view lease_field,
@@ -150,6 +219,15 @@ absl::Status Cache::LeaseError(absl::string_view lease_field,
                                     absl::FormatDuration(
                                         options_.sessions.lease_ttl))));
     case absl::StatusCode::kResourceExhausted:
+      // The tree names which of its two owner limits was reached.
+      if (absl::StrContains(s.message(), " pages, the limit is ")) {
+        return FieldError(
+            s.code(), "leases", v1::ERROR_REASON_LIMIT,
+            absl::StrCat("the session's leases hold the most pages "
+                         "--max_pinned_pages_per_session=", MaxSessionPages(),
+                         " allows (fenced pages of expired leases included); "
+                         "commit or release some"));
+      }
       return FieldError(
           s.code(), "leases", v1::ERROR_REASON_LIMIT,
           absl::StrCat("the session holds the most leases "
@@ -162,8 +240,10 @@ absl::Status Cache::LeaseError(absl::string_view lease_field,
 }
 
 absl::Status Cache::Acquire(const v1::AcquireRequest& req,
-                            v1::AcquireResponse* resp, LeaseHandle* handle) {
-  ASSIGN_OR_RETURN(SessionRef session, sessions_.Lookup(req.session_id()));
+                            v1::AcquireResponse* resp, const Caller& caller,
+                            LeaseHandle* handle) {
+  ASSIGN_OR_RETURN(SessionRef session,
+                   FindSession(req.session_id(), caller));
   ASSIGN_OR_RETURN(
       Prompt p, ValidatePrompt(FieldsOf(req), session.binding.page_size, options_));
   RETURN_IF_ERROR(CheckReleaseLeaseList(req.release_leases()));
@@ -180,6 +260,7 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
        .owner = session.owner,
        .expires = expires,
        .max_owner_leases = options_.sessions.max_leases_per_session,
+       .max_owner_pages = MaxSessionPages(),
        .end_leases = absl::MakeConstSpan(carried.data(), carried.size()),
        .end_leases_field = "release_leases"});
   if (!r.ok()) {
@@ -204,8 +285,9 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
 }
 
 absl::Status Cache::Commit(const v1::CommitRequest& req,
-                           v1::CommitResponse* resp) {
-  ASSIGN_OR_RETURN(SessionRef session, sessions_.Lookup(req.session_id()));
+                           v1::CommitResponse* resp, const Caller& caller) {
+  ASSIGN_OR_RETURN(SessionRef session,
+                   FindSession(req.session_id(), caller));
   RadixTree* t = registry_.tree();
   if (t == nullptr) return absl::InternalError("session without a pool");
   absl::StatusOr<CommitResult> r =
@@ -226,8 +308,10 @@ absl::Status Cache::Commit(const v1::CommitRequest& req,
   return absl::OkStatus();
 }
 
-absl::Status Cache::Release(const v1::ReleaseRequest& req) {
-  ASSIGN_OR_RETURN(SessionRef session, sessions_.Lookup(req.session_id()));
+absl::Status Cache::Release(const v1::ReleaseRequest& req,
+                            const Caller& caller) {
+  ASSIGN_OR_RETURN(SessionRef session,
+                   FindSession(req.session_id(), caller));
   RadixTree* t = registry_.tree();
   if (t == nullptr) return absl::InternalError("session without a pool");
   return LeaseError("lease_id", t->Release(req.lease_id(), session.owner));
@@ -241,9 +325,14 @@ void Cache::AbandonLease(const LeaseHandle& handle) {
   }
 }
 
-absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp) {
+absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp,
+                          const Caller& caller) {
   ASSIGN_OR_RETURN(NamespaceSpec spec,
                    ValidateNamespace(req.namespace_(), options_));
+  if (!caller.tenant->salt_prefix.empty()) {
+    spec.cache_salt =
+        AccessPolicy::EffectiveSalt(*caller.tenant, spec.cache_salt);
+  }
   ASSIGN_OR_RETURN(Prompt p,
                    ValidatePrompt(FieldsOf(req), spec.page_size, options_));
   const BlockKey root = ThreadCachedRoot(spec);
@@ -271,6 +360,26 @@ const gpu::PagePool* Cache::PoolForSession(absl::string_view session_id) const {
   const gpu::PagePool* pool = registry_.pool();
   if (pool == nullptr || pool->backend() == gpu::Backend::kNone) return nullptr;
   return sessions_.Exists(session_id) ? pool : nullptr;
+}
+
+const gpu::PagePool* Cache::PoolForAttach(absl::string_view session_id,
+                                          const gpu::PeerCredentials& peer) {
+  const gpu::PagePool* pool = registry_.pool();
+  if (pool == nullptr || pool->backend() == gpu::Backend::kNone) return nullptr;
+  SessionEntry s;
+  if (!sessions_.Get(session_id, &s)) return nullptr;
+  const bool same_uid = s.peer.transport == PeerIdentity::Transport::kInProcess ||
+                        (s.peer.transport == PeerIdentity::Transport::kUnix &&
+                         s.peer.uid == peer.uid);
+  if (!same_uid && peer.uid != 0) {
+    CountPermissionDenied();
+    return nullptr;
+  }
+  fences_.AddWriter(s.owner, peer.pid);
+  // The session may have ended meanwhile; then its pages were fenced (or
+  // released) without this writer: refuse, so the worker never writes.
+  if (!sessions_.Exists(session_id)) return nullptr;
+  return pool;
 }
 
 uint64_t Cache::SweepExpiredLeases() {

@@ -29,6 +29,17 @@
 // RESOURCE_EXHAUSTED. An error about a request field carries an
 // ErrorDetail (radixkv/errors.h). A failed call changes nothing.
 //
+// Callers: every request names its Caller (access_policy.h), the verified
+// peer with its tenant and role. A session is usable only by the peer that
+// opened it; a tenant's namespaces carry its effective cache_salt, and
+// listings, dumps and explanations show a non-administrator its own
+// tenant only. Caller::Local() (the default) is the daemon itself.
+//
+// Fencing: a lease that expires, or whose session ends without a Commit or
+// Release, keeps its pages (pinned or WRITING, counted as quarantined)
+// until every process that could still write them has exited or
+// acknowledged the loss (fence_tracker.h); only then are they reused.
+//
 // Thread safety: thread-safe. Block keys are hashed outside every lock.
 // Lock order: registry -> tree (internal) -> EventLog; the session table's
 // mutex is never held while calling the tree.
@@ -45,7 +56,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/access_policy.h"
 #include "daemon/event_log.h"
+#include "daemon/fence_tracker.h"
 #include "daemon/namespace_registry.h"
 #include "daemon/request_validation.h"
 #include "daemon/session_table.h"
@@ -58,6 +71,11 @@ namespace radixkv::daemon {
 // Session and lease limits (radixkvd flags of the same names).
 struct SessionOptions {
   uint32_t max_sessions = 1024;
+  // Sessions one peer (uid, certificate, TCP connection) may hold.
+  uint32_t max_sessions_per_peer = 64;
+  // Pages one session's leases may hold at once, fenced ones included
+  // (0: half the pool).
+  uint64_t max_pinned_pages_per_session = 0;
   uint32_t max_leases_per_session = 4096;
   absl::Duration lease_ttl = absl::Minutes(5);
 };
@@ -74,6 +92,9 @@ struct CacheOptions : RequestLimits {
   size_t event_buffer = 65536;
   // Evicted keys Explain remembers as EVICTED.
   uint32_t remembered_evictions = 4096;
+  // Other namespaces Explain looks in for WRONG_NAMESPACE (each costs a
+  // hash of the prompt), --explain_max_namespaces.
+  uint32_t explain_max_namespaces = 16;
   // How often expired leases are ended.
   absl::Duration sweep_interval = absl::Seconds(1);
   // Reported in PoolInfo.attach_socket (empty: no attach socket).
@@ -98,40 +119,62 @@ class Cache {
   const CacheOptions& options() const { return options_; }
 
   // --- KvCache (cache.cc) ---
-  // Validates `open`, binds its namespace (creating the pool on first use)
-  // and creates a session; fills *info. `peer` is informational.
-  absl::Status OpenSession(const v1::OpenSession& open, absl::string_view peer,
+  // Validates `open`, binds its namespace (the caller's tenant's effective
+  // salt; creating the pool on first use), acknowledges the sessions it
+  // lists and creates a session bound to `caller`; fills *info.
+  absl::Status OpenSession(const v1::OpenSession& open, const Caller& caller,
                            v1::SessionInfo* info);
   // Ends a session and every lease it holds (unwritten pages become free).
   // Unknown ids are ignored, so calling it twice is harmless.
   void CloseSession(absl::string_view session_id);
   // With `handle`, also says which lease (if any) the answer hands out.
   absl::Status Acquire(const v1::AcquireRequest& req, v1::AcquireResponse* resp,
+                       const Caller& caller = Caller::Local(),
                        LeaseHandle* handle = nullptr);
-  absl::Status Commit(const v1::CommitRequest& req, v1::CommitResponse* resp);
-  absl::Status Release(const v1::ReleaseRequest& req);
+  absl::Status Commit(const v1::CommitRequest& req, v1::CommitResponse* resp,
+                      const Caller& caller = Caller::Local());
+  absl::Status Release(const v1::ReleaseRequest& req,
+                       const Caller& caller = Caller::Local());
   // Ends a lease made by an Acquire whose answer never reached the client
   // (the call failed after the lease was made: deadline, cancel, broken
   // connection), so the client cannot know the lease id and nothing else
   // would end it before --lease_ttl. Counted when the lease was still live.
   void AbandonLease(const LeaseHandle& handle);
-  absl::Status Match(const v1::MatchRequest& req, v1::MatchResponse* resp);
+  absl::Status Match(const v1::MatchRequest& req, v1::MatchResponse* resp,
+                     const Caller& caller = Caller::Local());
 
   // --- Admin (cache_inspect.cc) ---
   void GetStats(v1::Stats* stats) const;
-  void ListNamespaces(v1::ListNamespacesResponse* resp) const;
+  void ListNamespaces(v1::ListNamespacesResponse* resp,
+                      const Caller& caller = Caller::Local()) const;
   absl::Status DumpTree(const v1::DumpTreeRequest& req,
-                        v1::DumpTreeResponse* resp) const;
+                        v1::DumpTreeResponse* resp,
+                        const Caller& caller = Caller::Local()) const;
   absl::Status Explain(const v1::ExplainRequest& req,
-                       v1::ExplainResponse* resp) const;
+                       v1::ExplainResponse* resp,
+                       const Caller& caller = Caller::Local()) const;
   void Evict(const v1::EvictRequest& req, v1::EvictResponse* resp);
   void Clear(v1::ClearResponse* resp);
-  void ListSessions(v1::ListSessionsResponse* resp) const;
+  // Administrators see every session with its id; others see their
+  // tenant's sessions, with ids only for their own.
+  void ListSessions(v1::ListSessionsResponse* resp,
+                    const Caller& caller = Caller::Local()) const;
   EventLog& events() { return events_; }
 
   // The pool a session may map through the attach socket: nullptr for an
   // unknown session, before the pool exists, or for a none pool.
   const gpu::PagePool* PoolForSession(absl::string_view session_id) const;
+  // PoolForSession for an attach connection from `peer`: also nullptr when
+  // the session was opened by another uid (or not over the Unix socket).
+  // Records the peer's process as a writer of the session's pages.
+  const gpu::PagePool* PoolForAttach(absl::string_view session_id,
+                                     const gpu::PeerCredentials& peer);
+  // Calls refused for identity or role (Stats.permission_denied).
+  void CountPermissionDenied() {
+    permission_denied_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Ended sessions whose fenced pages wait for a writer to exit.
+  size_t fenced_sessions() const { return fences_.waiting(); }
 
   // Ends every expired lease now; returns how many. The sweeper calls it.
   uint64_t SweepExpiredLeases();
@@ -148,6 +191,13 @@ class Cache {
   absl::Status LeaseError(absl::string_view lease_field,
                           const absl::Status& s) const;
   void SweeperLoop();
+  // sessions_.Lookup for `caller`, counting and logging a refusal.
+  absl::StatusOr<SessionRef> FindSession(absl::string_view session_id,
+                                         const Caller& caller);
+  // The most pages one session's leases may hold.
+  uint64_t MaxSessionPages() const;
+  // Checks OpenSession.acknowledge_sessions and releases what it names.
+  absl::Status Acknowledge(const v1::OpenSession& open, const Caller& caller);
 
   const CacheOptions options_;
   const absl::Time started_;
@@ -155,6 +205,8 @@ class Cache {
   NamespaceRegistry registry_;
   SessionTable sessions_;
   std::atomic<uint64_t> lease_abandoned_{0};
+  std::atomic<uint64_t> permission_denied_{0};
+  FenceTracker fences_;
 
   absl::Mutex sweeper_mu_;
   bool stop_sweeper_ ABSL_GUARDED_BY(sweeper_mu_) = false;

@@ -1,8 +1,11 @@
 // Cache: the operator's view (the Admin service's core): statistics,
 // namespaces, sessions, the tree, "explain this miss", eviction.
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/cache.h"
@@ -63,9 +66,20 @@ void FillTreeStats(const TreeStats& ts, v1::Stats* s) {
   s->set_lease_expired(ts.leases_expired);
   s->set_walked_blocks(ts.walked_blocks);
   s->set_hashed_blocks(ts.hashed_blocks);
+  s->set_quarantined_pages(ts.fenced_pages);
+  s->set_quarantined_leases(ts.fenced_leases);
   s->set_invariants_ok(ts.free_pages + ts.writing_pages + ts.cached_pages ==
                            ts.capacity_pages &&
                        ts.pinned_pages <= ts.cached_pages);
+}
+
+// Whether a namespace stored under `effective_salt` belongs to `caller`'s
+// tenant (administrators see every tenant).
+bool Visible(const Caller& caller, absl::string_view effective_salt) {
+  if (caller.admin || caller.tenant->salt_prefix.empty()) return true;
+  absl::string_view s = effective_salt;
+  return absl::ConsumePrefix(&s, caller.tenant->salt_prefix) &&
+         (s.empty() || s[0] == '/');
 }
 
 }  // namespace
@@ -79,6 +93,7 @@ void Cache::GetStats(v1::Stats* s) const {
   }
   s->set_sessions(sessions_.size());
   s->set_lease_abandoned(lease_abandoned_total());
+  s->set_permission_denied(permission_denied_.load(std::memory_order_relaxed));
   s->set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
   registry_.FillPoolInfo(s->mutable_pool());
   s->set_version(RADIXKV_VERSION_STRING);
@@ -89,39 +104,96 @@ uint64_t Cache::lease_expired_total() const {
   return t == nullptr ? 0 : t->GetStats().leases_expired;
 }
 
-void Cache::ListNamespaces(v1::ListNamespacesResponse* resp) const {
+void Cache::ListNamespaces(v1::ListNamespacesResponse* resp,
+                           const Caller& caller) const {
   resp->Clear();
   const RadixTree* t = registry_.tree();
   if (t == nullptr) return;
   const auto per_ns = sessions_.SessionsPerNamespace();
   for (const NamespaceInfo& info : t->ListNamespaces()) {
+    if (!Visible(caller, info.spec.cache_salt)) continue;
     v1::NamespaceEntry* e = resp->add_namespaces();
     e->set_namespace_id(info.root.ToCanonical());
     NamespaceToProto(info.spec, e->mutable_namespace_());
+    if (!caller.admin) {
+      // A tenant sees the salt it sends, not its tenant prefix.
+      e->mutable_namespace_()->set_cache_salt(
+          AccessPolicy::ClientSalt(*caller.tenant, info.spec.cache_salt));
+    }
     e->set_cached_blocks(info.cached_blocks);
     auto it = per_ns.find(info.id);
     e->set_sessions(it == per_ns.end() ? 0 : it->second);
   }
 }
 
-void Cache::ListSessions(v1::ListSessionsResponse* resp) const {
+void Cache::ListSessions(v1::ListSessionsResponse* resp,
+                         const Caller& caller) const {
   resp->Clear();
   const absl::Time now = absl::Now();
   const RadixTree* t = registry_.tree();
   for (const SessionEntry& s : sessions_.List()) {
+    if (!caller.admin && s.tenant != caller.tenant->name) continue;
     v1::SessionEntry* e = resp->add_sessions();
-    e->set_session_id(s.id);
+    // An id is a handle only its peer can use, but it is shown only to
+    // administrators and to that peer.
+    if (caller.admin || caller.peer.SameParty(s.peer)) e->set_session_id(s.id);
     e->set_client_name(s.client_name);
     e->set_namespace_id(s.binding.root.ToCanonical());
     e->set_device(s.device);
     e->set_leases(t == nullptr ? 0 : t->owner_leases(s.owner));
     e->set_age_seconds(absl::ToDoubleSeconds(now - s.created));
-    e->set_peer(s.peer);
+    e->set_peer(s.peer.ToString());
   }
 }
 
+namespace {
+
+// DumpTree page tokens: "rkvp", the next page and the tree's capacity (so
+// a token from a differently sized pool is refused), u32 little-endian each.
+constexpr char kPageTokenMagic[4] = {'r', 'k', 'v', 'p'};
+constexpr size_t kPageTokenBytes = 12;
+
+std::string PageToken(PageId next, uint32_t capacity) {
+  std::string out(kPageTokenMagic, sizeof(kPageTokenMagic));
+  for (uint32_t v : {next, capacity}) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  }
+  return out;
+}
+
+// The page a token continues from. INVALID_ARGUMENT for a token this
+// daemon's tree did not issue.
+absl::StatusOr<PageId> ParsePageToken(const std::string& token,
+                                      uint32_t capacity) {
+  auto bad = [&](absl::string_view why) {
+    return FieldError(absl::StatusCode::kInvalidArgument, "page_token",
+                      v1::ERROR_REASON_INVALID,
+                      absl::StrCat(why, "; pass the next_page_token of the "
+                                        "previous response, or none to start"));
+  };
+  if (token.size() != kPageTokenBytes ||
+      token.compare(0, 4, kPageTokenMagic, 4) != 0) {
+    return bad(absl::StrCat("not a DumpTree page token (", token.size(),
+                            " bytes)"));
+  }
+  uint32_t v[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    for (int i = 0; i < 4; ++i) {
+      v[k] |= uint32_t{static_cast<uint8_t>(token[4 + 4 * k + i])} << (8 * i);
+    }
+  }
+  if (v[1] != capacity || v[0] > capacity) {
+    return bad(absl::StrCat("issued for a pool of ", v[1],
+                            " pages, this one has ", capacity));
+  }
+  return v[0];
+}
+
+}  // namespace
+
 absl::Status Cache::DumpTree(const v1::DumpTreeRequest& req,
-                             v1::DumpTreeResponse* resp) const {
+                             v1::DumpTreeResponse* resp,
+                             const Caller& caller) const {
   const uint32_t limit = req.limit() == 0 ? kDefaultDumpLimit : req.limit();
   if (limit > kMaxDumpLimit) {
     return FieldError(absl::StatusCode::kInvalidArgument, "limit",
@@ -132,13 +204,35 @@ absl::Status Cache::DumpTree(const v1::DumpTreeRequest& req,
   const uint32_t max_depth = req.has_max_depth()
                                  ? req.max_depth()
                                  : std::numeric_limits<uint32_t>::max();
+  const bool paged = req.paged() || !req.page_token().empty();
   resp->Clear();
   const RadixTree* t = registry_.tree();
-  if (t == nullptr) return absl::OkStatus();
+  if (t == nullptr) {
+    if (!req.page_token().empty()) {
+      return ParsePageToken(req.page_token(), 0).status();
+    }
+    return absl::OkStatus();
+  }
+  PageId start = 0;
+  if (!req.page_token().empty()) {
+    ASSIGN_OR_RETURN(start, ParsePageToken(req.page_token(), t->capacity()));
+  }
   const absl::flat_hash_map<NamespaceId, BlockKey> roots = registry_.Roots();
+  // A non-administrator sees its own tenant's namespaces only.
+  absl::flat_hash_set<NamespaceId> hidden;
+  if (!caller.admin && !caller.tenant->salt_prefix.empty()) {
+    for (const NamespaceInfo& info : t->ListNamespaces()) {
+      if (!Visible(caller, info.spec.cache_salt)) hidden.insert(info.id);
+    }
+  }
   const uint64_t total = t->GetStats().nodes;
-  const std::vector<NodeInfo> nodes = t->DumpTree(max_depth, limit);
+  PageId next = 0;
+  const std::vector<NodeInfo> nodes =
+      paged ? t->DumpTreePage(max_depth, start, limit, req.include_tokens(),
+                              &next)
+            : t->DumpTree(max_depth, limit);
   for (const NodeInfo& n : nodes) {
+    if (hidden.contains(n.ns)) continue;
     v1::TreeNode* out = resp->add_nodes();
     out->set_key(n.key.ToCanonical());
     out->set_parent_key(n.parent_key.ToCanonical());
@@ -150,8 +244,18 @@ absl::Status Cache::DumpTree(const v1::DumpTreeRequest& req,
     out->set_refcount(n.refcount);
     out->set_children(n.children);
     out->set_age_seconds(n.age_seconds);
+    if (req.include_tokens() && !n.tokens.empty()) {
+      out->mutable_tokens()->Add(n.tokens.begin(), n.tokens.end());
+    }
   }
   resp->set_total_nodes(total);
+  if (paged) {
+    if (next < t->capacity()) {
+      resp->set_next_page_token(PageToken(next, t->capacity()));
+    }
+    resp->set_truncated(next < t->capacity());
+    return absl::OkStatus();
+  }
   // Only the limit truncates; a max_depth filter is what was asked for.
   resp->set_truncated(nodes.size() >= limit && nodes.size() < total);
   return absl::OkStatus();
@@ -160,13 +264,18 @@ absl::Status Cache::DumpTree(const v1::DumpTreeRequest& req,
 // For blocks not cached in the prompt's namespace: index of the first
 // other namespace (same block size) that caches the same tokens as a prefix
 // up to that block, or -1. Only tokens can tell (keys are per namespace).
+// Looks at most `max_namespaces` other namespaces, of the caller's tenant
+// only (all tenants for an administrator).
 static std::vector<int> OtherNamespaceHits(
     const RadixTree& t, const NamespaceRegistry& registry,
     const NamespaceSpec& spec, const BlockKey& root,
-    absl::Span<const uint32_t> tokens, size_t blocks,
-    std::vector<BlockKey>* other_roots) {
+    absl::Span<const uint32_t> tokens, size_t blocks, const Caller& caller,
+    uint32_t max_namespaces, std::vector<BlockKey>* other_roots) {
   std::vector<int> hit(blocks, -1);
+  uint32_t looked = 0;
   for (const NamespaceEntry& o : registry.WithPageSize(spec.page_size, root)) {
+    if (!Visible(caller, o.spec.cache_salt)) continue;
+    if (looked++ >= max_namespaces) break;
     const std::vector<BlockKey> keys =
         ComputeBlockKeys(o.root, o.spec.page_size, tokens);
     // Explain, not Match: it reads the same and leaves the Match counter
@@ -184,9 +293,11 @@ static std::vector<int> OtherNamespaceHits(
 }
 
 absl::Status Cache::Explain(const v1::ExplainRequest& req,
-                            v1::ExplainResponse* resp) const {
+                            v1::ExplainResponse* resp,
+                            const Caller& caller) const {
   ASSIGN_OR_RETURN(NamespaceSpec spec,
                    ValidateNamespace(req.namespace_(), options_));
+  spec.cache_salt = AccessPolicy::EffectiveSalt(*caller.tenant, spec.cache_salt);
   ASSIGN_OR_RETURN(Prompt p,
                    ValidatePrompt(FieldsOf(req), spec.page_size, options_));
   const BlockKey root = NamespaceRoot(spec);
@@ -219,7 +330,8 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
   const std::vector<int> other =
       !p.key_mode && t != nullptr
           ? OtherNamespaceHits(*t, registry_, spec, root, tokens,
-                               blocks.size(), &other_roots)
+                               blocks.size(), caller,
+                               options_.explain_max_namespaces, &other_roots)
           : std::vector<int>(blocks.size(), -1);
 
   uint32_t matched = 0;

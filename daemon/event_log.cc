@@ -23,6 +23,9 @@ EventLog::~EventLog() {
 
 void EventLog::OnTreeEvents(absl::Span<const TreeEvent> events) {
   if (events.empty()) return;
+  if (EventListener* f = forward_.load(std::memory_order_acquire)) {
+    f->OnTreeEvents(events);
+  }
   const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   absl::MutexLock lock(&mu_);
   for (const TreeEvent& e : events) {

@@ -19,6 +19,7 @@
 #ifndef RADIXKV_DAEMON_EVENT_LOG_H_
 #define RADIXKV_DAEMON_EVENT_LOG_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <thread>
@@ -54,8 +55,17 @@ class EventLog final : public EventListener {
   EventLog(const EventLog&) = delete;
   EventLog& operator=(const EventLog&) = delete;
 
-  // EventListener: appends, never blocks on anything but mu_.
+  // EventListener: appends, never blocks on anything but mu_. Hands the
+  // same events to the forward listener first, if one is set.
   void OnTreeEvents(absl::Span<const TreeEvent> events) override;
+
+  // Also hands every batch of tree events to `next` (not owned; null: none),
+  // on the tree's thread with the tree's mutex held, under EventListener's
+  // rules. Set it before the first namespace binds so that `next` sees
+  // every event; `next` must outlive the tree.
+  void SetForward(EventListener* next) {
+    forward_.store(next, std::memory_order_release);
+  }
 
   // Records the root key of `ns`, used as namespace_id in events.
   void SetNamespaceRoot(NamespaceId ns, const BlockKey& root);
@@ -87,6 +97,7 @@ class EventLog final : public EventListener {
   void NotifierLoop();
 
   const size_t capacity_;
+  std::atomic<EventListener*> forward_{nullptr};
 
   mutable absl::Mutex mu_;
   // mu_ protects the following.

@@ -8,21 +8,29 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/cache.h"
 #include "daemon/log.h"
+#include "radix/status_macros.h"
 #include "radixkv/errors.h"
 
 namespace radixkv::daemon {
+namespace {
+
+// Replies a Session stream may have waiting to be read by its client; a
+// client that sends heartbeats and never reads the acks is disconnected.
+constexpr size_t kMaxPendingReplies = 64;
+
+}  // namespace
 
 // One Session stream. Deletes itself in OnDone.
 class KvService::SessionReactor final
-    : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   SessionReactor(KvService* service, grpc::CallbackServerContext* ctx)
-      : service_(service), ctx_(ctx), peer_(ctx->peer()) {
+      : service_(service), ctx_(ctx) {
     if (!service_->Register(this)) {
       FinishOnce(absl::UnavailableError("radixkvd is shutting down"));
       return;
     }
-    StartRead(&request_);
+    StartRead(&body_);
   }
 
   void OnReadDone(bool ok) override {
@@ -30,13 +38,23 @@ class KvService::SessionReactor final
       FinishOnce(absl::OkStatus());
       return;
     }
-    absl::Status s = Handle(request_);
+    const absl::Time start = absl::Now();
+    absl::Status s = ParseBody(&body_, &request_);
+    if (!s.ok()) {
+      const ServiceEnv& env = service_->env_;
+      if (env.metrics != nullptr) {
+        env.metrics->Record(Method::kSession, s, absl::Now() - start);
+      }
+      FinishOnce(s);
+      return;
+    }
+    s = Handle(request_);
     if (!s.ok()) {
       FinishOnce(s);
       return;
     }
     absl::MutexLock lock(&mu_);
-    if (!state_.finished()) StartRead(&request_);
+    if (!state_.finished()) StartRead(&body_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -94,10 +112,17 @@ class KvService::SessionReactor final
                             "the first Session message must be `open`, got "
                             "heartbeat");
         }
+        if (pending_.size() >= kMaxPendingReplies) {
+          return FieldError(absl::StatusCode::kResourceExhausted, "heartbeat",
+                            v1::ERROR_REASON_LIMIT,
+                            absl::StrCat(pending_.size(),
+                                         " heartbeat acks are unread (the "
+                                         "limit is ", kMaxPendingReplies,
+                                         "); read the stream"));
+        }
         v1::SessionResponse resp;
         resp.mutable_heartbeat()->set_nonce(req.heartbeat().nonce());
-        EnqueueLocked(std::move(resp));
-        return absl::OkStatus();
+        return EnqueueLocked(resp);
       }
       case v1::SessionRequest::KIND_NOT_SET:
         break;
@@ -117,16 +142,18 @@ class KvService::SessionReactor final
                           "or open another stream for another namespace");
       }
     }
-    absl::Status admission = Admission(ctx_, service_->env_);
-    if (!admission.ok()) return admission;
+    absl::StatusOr<Caller> caller =
+        AdmitCaller(ctx_, service_->env_, Method::kSession);
+    if (!caller.ok()) return caller.status();
     v1::SessionResponse resp;
     absl::Status s = service_->env_.cache->OpenSession(
-        open, peer_, resp.mutable_session());
+        open, *caller, resp.mutable_session());
     if (!s.ok()) {
       Log(LogLevel::kWarning,
-          absl::StrCat("audit: session open refused for ", peer_, " (",
-                       open.client_name(), ", model '",
-                       open.namespace_().model(), "'): ", s.ToString()));
+          absl::StrCat("audit: session open refused for ",
+                       caller->peer.ToString(), " (", open.client_name(),
+                       ", model '", open.namespace_().model(), "'): ",
+                       s.ToString()));
       return s;
     }
     const std::string id = resp.session().session_id();
@@ -135,27 +162,35 @@ class KvService::SessionReactor final
       absl::MutexLock lock(&mu_);
       session_id_ = id;
       closed = state_.finished();  // cancelled while opening: do not leak it
-      if (!closed) EnqueueLocked(std::move(resp));
+      // An answer that cannot be sent ends the stream, and with it the
+      // session.
+      if (!closed) RETURN_IF_ERROR(EnqueueLocked(resp));
     }
     if (closed) {
       EndSession();
       return absl::OkStatus();
     }
     if (LogEnabled(LogLevel::kDebug)) {
-      Log(LogLevel::kDebug, absl::StrCat("session ", id, " opened by ", peer_,
-                                         " (", open.client_name(), ")"));
+      Log(LogLevel::kDebug,
+          absl::StrCat("session ", id, " opened by ", caller->peer.ToString(),
+                       " (tenant ", caller->tenant->name, ", ",
+                       open.client_name(), ")"));
     }
     return absl::OkStatus();
   }
 
-  void EnqueueLocked(v1::SessionResponse resp)
+  // Queues `resp`, serialized, and starts its write when none is in flight.
+  absl::Status EnqueueLocked(const v1::SessionResponse& resp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (state_.finished()) return;
-    pending_.push_back(std::move(resp));
+    if (state_.finished()) return absl::OkStatus();
+    grpc::ByteBuffer body;
+    RETURN_IF_ERROR(SerializeBody(resp, &body));
+    pending_.emplace_back().Swap(&body);
     if (state_.can_write()) {
       state_.WriteStarted();
       StartWrite(&pending_.front());
     }
+    return absl::OkStatus();
   }
 
   void EndSession() {
@@ -174,13 +209,15 @@ class KvService::SessionReactor final
 
   KvService* const service_;
   grpc::CallbackServerContext* const ctx_;
-  const std::string peer_;
-  v1::SessionRequest request_;  // only touched by the read chain
+  // Only touched by the read chain: the message being read, then parsed.
+  grpc::ByteBuffer body_;
+  v1::SessionRequest request_;
 
   absl::Mutex mu_;
   // mu_ protects the following.
   std::string session_id_ ABSL_GUARDED_BY(mu_);
-  std::deque<v1::SessionResponse> pending_ ABSL_GUARDED_BY(mu_);  // front in flight
+  // Serialized answers; the front one is in flight.
+  std::deque<grpc::ByteBuffer> pending_ ABSL_GUARDED_BY(mu_);
   StreamWriteState state_ ABSL_GUARDED_BY(mu_);
   bool session_closed_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -209,7 +246,7 @@ void KvService::Shutdown() {
   }
 }
 
-grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 KvService::Session(grpc::CallbackServerContext* ctx) {
   return new SessionReactor(this, ctx);
 }
@@ -250,13 +287,22 @@ class AcquireReactor final : public grpc::ServerUnaryReactor {
 }  // namespace
 
 grpc::ServerUnaryReactor* KvService::Acquire(grpc::CallbackServerContext* ctx,
-                                             const v1::AcquireRequest* req,
-                                             v1::AcquireResponse* resp) {
+                                             const grpc::ByteBuffer* body,
+                                             grpc::ByteBuffer* reply) {
   const absl::Time start = absl::Now();
-  absl::Status status = Admission(ctx, env_);
+  v1::AcquireRequest req;
+  v1::AcquireResponse resp;
+  absl::StatusOr<Caller> caller =
+      AdmitRequest(ctx, env_, Method::kAcquire, body, &req);
+  absl::Status status = caller.status();
   LeaseHandle lease;
-  if (status.ok()) status = env_.cache->Acquire(*req, resp, &lease);
-  if (!status.ok() || resp->lease_id() == 0) {
+  if (status.ok()) status = env_.cache->Acquire(req, &resp, *caller, &lease);
+  if (status.ok()) {
+    status = SerializeBody(resp, reply);
+    // An answer that cannot be sent leaves no lease behind.
+    if (!status.ok() && resp.lease_id() != 0) env_.cache->AbandonLease(lease);
+  }
+  if (!status.ok() || resp.lease_id() == 0) {
     return FinishUnary(ctx, env_, Method::kAcquire, start, status);
   }
   RecordUnary(env_, Method::kAcquire, start, status);
@@ -266,24 +312,34 @@ grpc::ServerUnaryReactor* KvService::Acquire(grpc::CallbackServerContext* ctx,
 }
 
 grpc::ServerUnaryReactor* KvService::Commit(grpc::CallbackServerContext* ctx,
-                                            const v1::CommitRequest* req,
-                                            v1::CommitResponse* resp) {
-  return RunUnary(ctx, env_, Method::kCommit,
-                  [&] { return env_.cache->Commit(*req, resp); });
+                                            const grpc::ByteBuffer* body,
+                                            grpc::ByteBuffer* reply) {
+  return RunUnary<v1::CommitRequest, v1::CommitResponse>(
+      ctx, env_, Method::kCommit, body, reply,
+      [&](const Caller& c, const v1::CommitRequest& req,
+          v1::CommitResponse* resp) {
+        return env_.cache->Commit(req, resp, c);
+      });
 }
 
 grpc::ServerUnaryReactor* KvService::Release(grpc::CallbackServerContext* ctx,
-                                             const v1::ReleaseRequest* req,
-                                             v1::ReleaseResponse* resp) {
-  return RunUnary(ctx, env_, Method::kRelease,
-                  [&] { return env_.cache->Release(*req); });
+                                             const grpc::ByteBuffer* body,
+                                             grpc::ByteBuffer* reply) {
+  return RunUnary<v1::ReleaseRequest, v1::ReleaseResponse>(
+      ctx, env_, Method::kRelease, body, reply,
+      [&](const Caller& c, const v1::ReleaseRequest& req,
+          v1::ReleaseResponse*) { return env_.cache->Release(req, c); });
 }
 
 grpc::ServerUnaryReactor* KvService::Match(grpc::CallbackServerContext* ctx,
-                                           const v1::MatchRequest* req,
-                                           v1::MatchResponse* resp) {
-  return RunUnary(ctx, env_, Method::kMatch,
-                  [&] { return env_.cache->Match(*req, resp); });
+                                           const grpc::ByteBuffer* body,
+                                           grpc::ByteBuffer* reply) {
+  return RunUnary<v1::MatchRequest, v1::MatchResponse>(
+      ctx, env_, Method::kMatch, body, reply,
+      [&](const Caller& c, const v1::MatchRequest& req,
+          v1::MatchResponse* resp) {
+        return env_.cache->Match(req, resp, c);
+      });
 }
 
 }  // namespace radixkv::daemon

@@ -6,9 +6,10 @@
 //
 // Session protocol: the first request must be `open` (else INVALID_ARGUMENT
 // and the stream ends); the daemon answers with SessionInfo, then echoes each
-// heartbeat. When the stream ends for any reason (client close, crash,
-// keepalive timeout, daemon shutdown) the session is closed and all of its
-// leases are released.
+// heartbeat. A message that does not parse ends the stream with
+// INVALID_ARGUMENT (rpc_util.h, ParseBody). When the stream ends for any
+// reason (client close, crash, keepalive timeout, daemon shutdown) the
+// session is closed and all of its leases are released.
 //
 // Thread safety: thread-safe (gRPC calls it from many threads). Each Session
 // reactor serializes its own state with its own mutex.
@@ -23,7 +24,16 @@
 
 namespace radixkv::daemon {
 
-class KvService final : public v1::KvCache::CallbackService {
+// radixkv.v1.KvCache with every method on raw bytes (rpc_util.h); gRPC
+// reflection still describes the typed service.
+using RawKvCacheService = v1::KvCache::WithRawCallbackMethod_Session<
+    v1::KvCache::WithRawCallbackMethod_Acquire<
+        v1::KvCache::WithRawCallbackMethod_Commit<
+            v1::KvCache::WithRawCallbackMethod_Release<
+                v1::KvCache::WithRawCallbackMethod_Match<
+                    v1::KvCache::Service>>>>>;
+
+class KvService final : public RawKvCacheService {
  public:
   // `env` members are borrowed and must outlive the service.
   explicit KvService(const ServiceEnv& env);
@@ -36,20 +46,22 @@ class KvService final : public v1::KvCache::CallbackService {
   // does not wait for long-lived streams.
   void Shutdown();
 
-  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
+  // The methods of radixkv.v1.KvCache; `body` is the serialized request,
+  // `reply` receives the serialized response.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Session(
       grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* Acquire(grpc::CallbackServerContext* ctx,
-                                    const v1::AcquireRequest* req,
-                                    v1::AcquireResponse* resp) override;
+                                    const grpc::ByteBuffer* body,
+                                    grpc::ByteBuffer* reply) override;
   grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* ctx,
-                                   const v1::CommitRequest* req,
-                                   v1::CommitResponse* resp) override;
+                                   const grpc::ByteBuffer* body,
+                                   grpc::ByteBuffer* reply) override;
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
-                                    const v1::ReleaseRequest* req,
-                                    v1::ReleaseResponse* resp) override;
+                                    const grpc::ByteBuffer* body,
+                                    grpc::ByteBuffer* reply) override;
   grpc::ServerUnaryReactor* Match(grpc::CallbackServerContext* ctx,
-                                  const v1::MatchRequest* req,
-                                  v1::MatchResponse* resp) override;
+                                  const grpc::ByteBuffer* body,
+                                  grpc::ByteBuffer* reply) override;
 
  private:
   class SessionReactor;

@@ -74,6 +74,38 @@ ABSL_FLAG(bool, allow_key_mode, false,
 ABSL_FLAG(std::vector<std::string>, attach_allowed_gids, {},
           "groups (names or numeric gids) whose members may also attach to "
           "the pool, besides the daemon's own uid and root");
+ABSL_FLAG(uint32_t, attach_max_pending_per_uid, 8,
+          "attach connections one uid may hold waiting for their session id "
+          "(0: no per-uid limit)");
+ABSL_FLAG(std::string, tenants, "",
+          "JSON file mapping peers (uids, gids, certificate identities) to "
+          "tenants with quotas, and naming administrators "
+          "(docs/SECURITY.md); empty: one tenant for every peer");
+ABSL_FLAG(std::vector<std::string>, admin_gids, {},
+          "groups (names or numeric gids) whose members are administrators "
+          "(Clear, Evict, WatchEvents, every tenant's sessions and tree), "
+          "besides root and the daemon's own uid");
+ABSL_FLAG(std::vector<std::string>, admin_subjects, {},
+          "TLS client certificate identities that are administrators");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain for --listen_tcp (TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: TCP clients must present a certificate it signed "
+          "(mTLS); their identity is the certificate's subject");
+ABSL_FLAG(bool, insecure_tcp, false,
+          "serve --listen_tcp in plaintext without authentication (never "
+          "administrators); without it --listen_tcp needs --tls_cert/--tls_key");
+ABSL_FLAG(uint32_t, max_sessions_per_peer, 64,
+          "sessions one peer (uid, certificate, TCP connection) may hold");
+ABSL_FLAG(uint64_t, max_pinned_pages_per_session, 0,
+          "pages one session's leases may hold at once, fenced ones included "
+          "(0: half the pool)");
+ABSL_FLAG(uint32_t, max_watch_streams, 16,
+          "WatchEvents streams open at once (0: no limit)");
+ABSL_FLAG(uint32_t, explain_max_namespaces, 16,
+          "other namespaces Explain searches for WRONG_NAMESPACE (each costs "
+          "a hash of the prompt)");
 ABSL_FLAG(std::string, log_level, "info", "debug | info | warning | error");
 ABSL_FLAG(uint64_t, malloc_trim_threshold, uint64_t{16} << 20,
           "free memory (bytes) glibc may keep at the top of a heap instead of "
@@ -82,6 +114,35 @@ ABSL_FLAG(uint64_t, malloc_trim_threshold, uint64_t{16} << 20,
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "on SIGTERM/SIGINT, how long in-flight calls may finish");
 
+// KV events in vLLM's wire format for cluster routers (docs/EVENTS.md).
+ABSL_FLAG(std::string, kv_events_endpoint, "",
+          "publish KV events (vLLM's format, ZMQ PUB) on tcp://HOST:PORT or "
+          "ipc://PATH (empty: off)");
+ABSL_FLAG(bool, kv_events_connect, false,
+          "connect the PUB socket to --kv_events_endpoint (a subscriber that "
+          "binds) instead of binding it");
+ABSL_FLAG(std::string, kv_events_replay_endpoint, "",
+          "answer KV event replay requests (ZMQ ROUTER) on tcp://HOST:PORT or "
+          "ipc://PATH (empty: no replay)");
+ABSL_FLAG(std::string, kv_events_topic, "",
+          "topic frame of every KV event message");
+ABSL_FLAG(std::string, kv_events_hash, "int64",
+          "block hashes in KV events: int64 (the key's low 64 bits, vLLM's "
+          "default) | bytes (the 16-byte key)");
+ABSL_FLAG(std::string, kv_events_encoding, "map",
+          "KV events as map (fields by name, current vLLM) | array "
+          "(positional, vLLM before the switch to maps)");
+ABSL_FLAG(uint64_t, kv_events_replay_buffer, 10000,
+          "KV event batches kept for replay");
+ABSL_FLAG(uint64_t, kv_events_replay_bytes, uint64_t{256} << 20,
+          "payload bytes of KV event batches kept for replay at most");
+ABSL_FLAG(int32_t, kv_events_hwm, 100000,
+          "KV event messages queued per subscriber before that subscriber's "
+          "new ones are dropped (it sees a sequence gap)");
+ABSL_FLAG(uint64_t, kv_events_queue_bytes, uint64_t{256} << 20,
+          "KV events waiting for the publisher thread at most; beyond it "
+          "events are dropped and a sequence number is skipped");
+
 namespace {
 
 constexpr int kExitConfig = 2;
@@ -89,7 +150,8 @@ constexpr int kExitRuntime = 1;
 
 // Resolves --attach_allowed_gids entries (group names or numbers) to gids.
 absl::StatusOr<std::vector<gid_t>> ResolveGroups(
-    const std::vector<std::string>& groups) {
+    const std::vector<std::string>& groups,
+    absl::string_view flag = "attach_allowed_gids") {
   std::vector<gid_t> gids;
   for (const std::string& g : groups) {
     if (g.empty()) continue;
@@ -100,8 +162,8 @@ absl::StatusOr<std::vector<gid_t>> ResolveGroups(
     }
     const struct group* gr = getgrnam(g.c_str());
     if (gr == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--attach_allowed_gids: unknown group '", g, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": unknown group '", g, "'"));
     }
     gids.push_back(gr->gr_gid);
   }
@@ -138,6 +200,38 @@ bool SetMallocTrimThreshold() {
   return true;
 }
 
+// The --kv_events_* flags into o->kv_events; INVALID_ARGUMENT names a bad
+// one.
+absl::Status KvEventsFromFlags(radixkv::daemon::ServerOptions* o) {
+  radixkv::daemon::KvEventsOptions& k = o->kv_events;
+  k.endpoint = absl::GetFlag(FLAGS_kv_events_endpoint);
+  k.connect = absl::GetFlag(FLAGS_kv_events_connect);
+  k.replay_endpoint = absl::GetFlag(FLAGS_kv_events_replay_endpoint);
+  k.topic = absl::GetFlag(FLAGS_kv_events_topic);
+  auto hash = radixkv::daemon::ParseKvHashForm(
+      absl::GetFlag(FLAGS_kv_events_hash), "kv_events_hash");
+  if (!hash.ok()) return hash.status();
+  k.encode.hash = *hash;
+  auto encoding = radixkv::daemon::ParseKvEventEncoding(
+      absl::GetFlag(FLAGS_kv_events_encoding), "kv_events_encoding");
+  if (!encoding.ok()) return encoding.status();
+  k.encode.encoding = *encoding;
+  k.replay_batches = absl::GetFlag(FLAGS_kv_events_replay_buffer);
+  k.replay_bytes = absl::GetFlag(FLAGS_kv_events_replay_bytes);
+  k.hwm = absl::GetFlag(FLAGS_kv_events_hwm);
+  k.queue_bytes = absl::GetFlag(FLAGS_kv_events_queue_bytes);
+  if (k.replay_batches == 0 || k.hwm < 0) {
+    return absl::InvalidArgumentError(
+        "--kv_events_replay_buffer must be at least 1 and --kv_events_hwm "
+        "at least 0");
+  }
+  if (k.endpoint.empty() && !k.replay_endpoint.empty()) {
+    return absl::InvalidArgumentError(
+        "--kv_events_replay_endpoint needs --kv_events_endpoint");
+  }
+  return absl::OkStatus();
+}
+
 // The server's options from the flags.
 absl::StatusOr<radixkv::daemon::ServerOptions> OptionsFromFlags() {
   radixkv::daemon::ServerOptions o;
@@ -161,6 +255,23 @@ absl::StatusOr<radixkv::daemon::ServerOptions> OptionsFromFlags() {
   auto gids = ResolveGroups(absl::GetFlag(FLAGS_attach_allowed_gids));
   if (!gids.ok()) return gids.status();
   o.attach_allowed_gids = *std::move(gids);
+  o.attach_max_pending_per_uid = absl::GetFlag(FLAGS_attach_max_pending_per_uid);
+  auto admin_gids = ResolveGroups(absl::GetFlag(FLAGS_admin_gids), "admin_gids");
+  if (!admin_gids.ok()) return admin_gids.status();
+  o.access.admin_gids = *std::move(admin_gids);
+  o.access.admin_subjects = absl::GetFlag(FLAGS_admin_subjects);
+  o.access.tenants_file = absl::GetFlag(FLAGS_tenants);
+  o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  o.insecure_tcp = absl::GetFlag(FLAGS_insecure_tcp);
+  o.cache.sessions.max_sessions_per_peer =
+      absl::GetFlag(FLAGS_max_sessions_per_peer);
+  o.cache.sessions.max_pinned_pages_per_session =
+      absl::GetFlag(FLAGS_max_pinned_pages_per_session);
+  o.max_watch_streams = absl::GetFlag(FLAGS_max_watch_streams);
+  o.cache.explain_max_namespaces = absl::GetFlag(FLAGS_explain_max_namespaces);
+  if (absl::Status s = KvEventsFromFlags(&o); !s.ok()) return s;
   return o;
 }
 

@@ -96,12 +96,16 @@ class Metrics::StateCollector : public prometheus::Collectable {
     cache_->GetStats(&s);
     std::vector<prometheus::MetricFamily> out;
 
-    auto pages = Family("radixkv_pages", "Pool pages by state (pinned is a subset of cached).",
+    auto pages = Family("radixkv_pages",
+                        "Pool pages by state (pinned is a subset of cached; "
+                        "quarantined, pages of fenced leases, a subset of "
+                        "writing and pinned).",
                         MetricType::Gauge);
     AddValue(&pages, s.free_pages(), {{"state", "free"}});
     AddValue(&pages, s.writing_pages(), {{"state", "writing"}});
     AddValue(&pages, s.cached_pages(), {{"state", "cached"}});
     AddValue(&pages, s.pinned_pages(), {{"state", "pinned"}});
+    AddValue(&pages, s.quarantined_pages(), {{"state", "quarantined"}});
     out.push_back(std::move(pages));
 
     auto gauge = [&out](const char* name, const char* help, double v) {

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/log.h"
 #include "radix/status_macros.h"
 #include "radixkv/errors.h"
+#include "radixkv/namespace_spec.h"
 
 namespace radixkv::daemon {
 
@@ -32,16 +35,33 @@ NamespaceRegistry::NamespaceRegistry(const RegistryOptions& options)
     : options_(options) {}
 
 absl::StatusOr<NamespaceEntry> NamespaceRegistry::Bind(
-    const NamespaceSpec& spec) {
+    const NamespaceSpec& spec, const NamespaceQuota& quota) {
   const BlockKey root = NamespaceRoot(spec);
   absl::MutexLock lock(&mu_);
   if (auto it = namespaces_.find(root); it != namespaces_.end()) {
     return it->second;
   }
+  if (quota.max != 0) {
+    uint32_t held = 0;
+    for (const auto& [r, e] : namespaces_) {
+      absl::string_view salt = e.spec.cache_salt;
+      if (absl::ConsumePrefix(&salt, quota.salt_prefix) &&
+          (salt.empty() || salt[0] == '/')) {
+        ++held;
+      }
+    }
+    if (held >= quota.max) {
+      return FieldError(absl::StatusCode::kResourceExhausted, "namespace",
+                        v1::ERROR_REASON_LIMIT,
+                        absl::StrCat("tenant ", quota.tenant, " has ", held,
+                                     " namespaces, its limit max_namespaces=",
+                                     quota.max, " (--tenants) is reached"));
+    }
+  }
   if (tree_owner_ == nullptr) return BindFirst(spec, root);
   // A none pool has no page memory, but its layout is still fixed by the
   // first namespace so that moving to a real pool changes nothing.
-  const uint64_t page_bytes = spec.PageBytes();
+  const uint64_t page_bytes = NamespacePageBytes(spec);
   const bool needs_memory = options_.pool.backend != gpu::Backend::kNone;
   const uint64_t pool_bytes =
       needs_memory ? pool_owner_->page_bytes() : first_page_bytes_;
@@ -92,7 +112,7 @@ absl::Status NamespaceRegistry::CheckFirstLayout(uint64_t page_bytes) const {
 
 absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
     const NamespaceSpec& spec, const BlockKey& root) {
-  const uint64_t page_bytes = spec.PageBytes();
+  const uint64_t page_bytes = NamespacePageBytes(spec);
   RETURN_IF_ERROR(CheckFirstLayout(page_bytes));
   if (options_.pool.backend != gpu::Backend::kNone && page_bytes == 0) {
     return FieldError(
@@ -114,6 +134,8 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
   topts.max_page_size = options_.max_page_size;
   topts.remembered_evictions = options_.remembered_evictions;
   topts.listener = options_.events;
+  topts.fence_unended_leases =
+      options_.fence && options_.pool.backend != gpu::Backend::kNone;
   ASSIGN_OR_RETURN(std::unique_ptr<RadixTree> tree, RadixTree::Create(topts));
   ASSIGN_OR_RETURN(NamespaceId id, tree->RegisterNamespace(spec));
   pool_owner_ = std::move(pool);

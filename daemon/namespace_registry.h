@@ -51,6 +51,17 @@ struct RegistryOptions {
   EventLog* events = nullptr;
   // Reported in PoolInfo.attach_socket (empty: no attach socket).
   std::string attach_socket;
+  // RadixTreeOptions::fence_unended_leases for pools with memory (a none
+  // pool has no bytes anyone could write).
+  bool fence = true;
+};
+
+// A tenant's namespace quota: at most `max` namespaces whose cache_salt is
+// `salt_prefix` or starts with `salt_prefix` + "/" (max 0: no limit).
+struct NamespaceQuota {
+  std::string salt_prefix;
+  std::string tenant;
+  uint32_t max = 0;
 };
 
 class NamespaceRegistry {
@@ -61,8 +72,10 @@ class NamespaceRegistry {
 
   // Registers `spec` (already validated), creating pool and tree on first
   // use; an equal spec gets the same entry again. Errors name the field or
-  // the flag (--pool) and change nothing.
-  absl::StatusOr<NamespaceEntry> Bind(const NamespaceSpec& spec);
+  // the flag (--pool), or the tenant's max_namespaces (RESOURCE_EXHAUSTED),
+  // and change nothing.
+  absl::StatusOr<NamespaceEntry> Bind(const NamespaceSpec& spec,
+                                      const NamespaceQuota& quota = {});
   // The registered namespace with this root, if any.
   bool Find(const BlockKey& root, NamespaceEntry* out) const;
   // Registered namespaces other than `except` with this page_size.

@@ -1,15 +1,33 @@
 // File: daemon/rpc_util.h
 //
 // The bookkeeping every unary RPC shares, in one place: refuse while the
-// daemon drains, refuse an already expired deadline, call the core, record
-// the metrics, Finish exactly once with the converted status.
+// daemon drains, refuse an already expired deadline, identify the peer and
+// admit it (its tenant and role, access_policy.h), call the core with that
+// Caller, record the metrics, Finish exactly once with the converted
+// status.
 //
-//   grpc::ServerUnaryReactor* Acquire(grpc::CallbackServerContext* ctx,
-//                                     const v1::AcquireRequest* req,
-//                                     v1::AcquireResponse* resp) override {
-//     return RunUnary(ctx, env_, Method::kAcquire,
-//                     [&] { return env_.cache->Acquire(*req, resp); });
+// Every method is served on raw bytes (grpc::ByteBuffer in and out, the
+// generated WithRawCallbackMethod_* services) and parses its own request
+// with ParseBody: gRPC's typed handlers answer a body that does not parse
+// with UNIMPLEMENTED and no message, uncounted, and end a stream's read as
+// if the client had closed it. Here such a body is INVALID_ARGUMENT with an
+// ErrorDetail, counted like any other answer, and reaches no core code. A
+// unary method names its request and response types; its typed code is a
+// function of (caller, request, response):
+//
+//   grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* ctx,
+//                                    const grpc::ByteBuffer* body,
+//                                    grpc::ByteBuffer* reply) override {
+//     return RunUnary<v1::CommitRequest, v1::CommitResponse>(
+//         ctx, env_, Method::kCommit, body, reply,
+//         [&](const Caller& c, const v1::CommitRequest& req,
+//             v1::CommitResponse* resp) {
+//           return env_.cache->Commit(req, resp, c);
+//         });
 //   }
+//
+// The response is serialized into `reply` before the call is finished (gRPC
+// sends `reply` as it is at Finish).
 //
 // Also StreamWriteState, the one-write-at-a-time rule of the two streaming
 // reactors (Session, WatchEvents).
@@ -25,8 +43,13 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/status/statusor.h"
+#include "daemon/access_policy.h"
 #include "daemon/metrics.h"
+#include "daemon/peer_identity.h"
+#include "google/protobuf/message_lite.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 
 namespace radixkv::daemon {
@@ -38,12 +61,24 @@ struct ServiceEnv {
   Cache* cache = nullptr;
   Metrics* metrics = nullptr;            // may be null (metrics off)
   const std::atomic<bool>* draining = nullptr;
+  const AccessPolicy* policy = nullptr;  // null: every peer is Caller::Local
+  const PeerRegistry* peers = nullptr;   // null: no Unix listener
 };
 
 // UNAVAILABLE while draining, DEADLINE_EXCEEDED when the client's deadline
 // has passed, else OK.
 absl::Status Admission(const grpc::CallbackServerContext* ctx,
                        const ServiceEnv& env);
+
+// Admission, then the verified caller: PERMISSION_DENIED (counted, and
+// logged with the peer) when no tenant takes it.
+absl::StatusOr<Caller> AdmitCaller(const grpc::CallbackServerContext* ctx,
+                                   const ServiceEnv& env, Method method);
+
+// PERMISSION_DENIED naming the method unless the caller is an
+// administrator; every refusal is counted and logged with the peer.
+absl::Status RequireAdmin(const Caller& caller, Method method,
+                          const ServiceEnv& env);
 
 // Records `status` and the latency since `start` for `method`.
 void RecordUnary(const ServiceEnv& env, Method method, absl::Time start,
@@ -55,13 +90,43 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
                                       absl::Time start,
                                       const absl::Status& status);
 
-template <typename Fn>
+// Parses `body` into `msg` (its previous contents are replaced). A body
+// that is not a valid serialized message of msg's type is INVALID_ARGUMENT
+// "request body (N bytes) is not a valid radixkv.v1.TYPE" with an
+// ErrorDetail{field "request", ERROR_REASON_INVALID}. Either way `body` is
+// consumed: its bytes are released and it is left empty.
+absl::Status ParseBody(grpc::ByteBuffer* body,
+                       google::protobuf::MessageLite* msg);
+
+// `msg` serialized into `body`, replacing what it held; INTERNAL when the
+// message cannot be serialized (over 2 GiB).
+absl::Status SerializeBody(const google::protobuf::MessageLite& msg,
+                           grpc::ByteBuffer* body);
+
+// AdmitCaller, then the request `body` of a unary or server-streaming
+// method parsed into `msg` (ParseBody; the caller is refused before its
+// bytes are read). `body` is the buffer gRPC hands the method, which the
+// method owns until it returns; it is consumed.
+absl::StatusOr<Caller> AdmitRequest(const grpc::CallbackServerContext* ctx,
+                                    const ServiceEnv& env, Method method,
+                                    const grpc::ByteBuffer* body,
+                                    google::protobuf::MessageLite* msg);
+
+// One unary call served on raw bytes: AdmitRequest into a Req, then
+// fn(caller, req, &resp) -> absl::Status; on OK the Resp is serialized into
+// `reply`; the status is recorded and the call finished with it. The
+// request and response live until this returns: `fn` must not keep them.
+template <typename Req, typename Resp, typename Fn>
 grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* ctx,
                                    const ServiceEnv& env, Method method,
-                                   Fn&& fn) {
+                                   const grpc::ByteBuffer* body,
+                                   grpc::ByteBuffer* reply, Fn&& fn) {
   const absl::Time start = absl::Now();
-  absl::Status status = Admission(ctx, env);
-  if (status.ok()) status = fn();
+  Req req;
+  Resp resp;
+  absl::StatusOr<Caller> caller = AdmitRequest(ctx, env, method, body, &req);
+  absl::Status status = caller.ok() ? fn(*caller, req, &resp) : caller.status();
+  if (status.ok()) status = SerializeBody(resp, reply);
   return FinishUnary(ctx, env, method, start, status);
 }
 

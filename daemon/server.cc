@@ -7,12 +7,15 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/admin_service.h"
 #include "daemon/kv_service.h"
 #include "daemon/log.h"
+#include "daemon/unix_listener.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -97,12 +100,86 @@ int ToMillis(absl::Duration d) {
   return ms > INT32_MAX ? INT32_MAX : static_cast<int>(ms);
 }
 
+// The TCP listener's transport security: TLS (mTLS with a client CA) from
+// PEM files, or plaintext with --insecure_tcp.
+absl::Status CheckTcpSecurity(const ServerOptions& options) {
+  const bool tls = !options.tls_cert.empty() || !options.tls_key.empty();
+  if (tls && (options.tls_cert.empty() || options.tls_key.empty())) {
+    return absl::InvalidArgumentError(
+        "--tls_cert, --tls_key: give both (PEM certificate chain and its key)");
+  }
+  if (!options.tls_client_ca.empty() && !tls) {
+    return absl::InvalidArgumentError(
+        "--tls_client_ca: needs --tls_cert and --tls_key");
+  }
+  if (tls && options.insecure_tcp) {
+    return absl::InvalidArgumentError(
+        "--insecure_tcp: contradicts --tls_cert/--tls_key; choose one");
+  }
+  if (tls && options.listen_tcp.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert, --tls_key: only apply to --listen_tcp, which is not set");
+  }
+  if (!options.listen_tcp.empty() && !tls && !options.insecure_tcp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen_tcp=", options.listen_tcp, ": needs --tls_cert and "
+        "--tls_key (add --tls_client_ca for client certificates), or "
+        "--insecure_tcp to serve plaintext that anyone who reaches the port "
+        "may use"));
+  }
+  for (const std::string* f :
+       {&options.tls_cert, &options.tls_key, &options.tls_client_ca}) {
+    if (!f->empty() && access(f->c_str(), R_OK) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f == &options.tls_cert  ? "--tls_cert="
+          : f == &options.tls_key ? "--tls_key="
+                                  : "--tls_client_ca=",
+          *f, ": cannot be read: ", ErrnoText(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read"));
+  return ss.str();
+}
+
+std::shared_ptr<grpc::ServerCredentials> TcpCredentials(
+    const ServerOptions& o, absl::Status* error) {
+  if (o.insecure_tcp) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(
+      o.tls_client_ca.empty()
+          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  absl::StatusOr<std::string> cert = ReadFile(o.tls_cert);
+  absl::StatusOr<std::string> key = ReadFile(o.tls_key);
+  if (!cert.ok() || !key.ok()) {
+    *error = !cert.ok() ? cert.status() : key.status();
+    return nullptr;
+  }
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!o.tls_client_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadFile(o.tls_client_ca);
+    if (!ca.ok()) {
+      *error = ca.status();
+      return nullptr;
+    }
+    ssl.pem_root_certs = *ca;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
 // The options' own checks (flags named), and the parsed pool spec.
 absl::StatusOr<gpu::PoolSpec> CheckOptions(const ServerOptions& options) {
   if (options.socket_path.empty() && options.listen_tcp.empty()) {
     return absl::InvalidArgumentError(
         "--socket, --listen_tcp: at least one listening address is needed");
   }
+  RETURN_IF_ERROR(CheckTcpSecurity(options));
   if (options.keepalive_time <= absl::ZeroDuration() ||
       options.keepalive_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -162,6 +239,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 
 absl::Status Server::Init() {
   ASSIGN_OR_RETURN(gpu::PoolSpec pool, CheckOptions(options_));
+  AccessOptions access = options_.access;
+  access.self_uid = geteuid();
+  ASSIGN_OR_RETURN(policy_, AccessPolicy::Create(access));
   CacheOptions copts = options_.cache;
   copts.pool = pool;
   if (options_.attach && !options_.socket_path.empty() &&
@@ -170,6 +250,22 @@ absl::Status Server::Init() {
   }
   copts.attach_socket = attach_path_;
   cache_ = std::make_unique<Cache>(copts);
+  if (!options_.kv_events.endpoint.empty()) {
+    // Attached before any namespace binds, so it sees every tree event.
+    KvEventsOptions kopts = options_.kv_events;
+    kopts.encode.medium = pool.backend == gpu::Backend::kCuda ? "GPU" : "CPU";
+    const Cache* cache = cache_.get();
+    auto lora = [cache](const BlockKey& root) -> std::string {
+      v1::ListNamespacesResponse resp;
+      cache->ListNamespaces(&resp);
+      for (const v1::NamespaceEntry& e : resp.namespaces()) {
+        if (e.namespace_id() == root.ToCanonical()) return e.namespace_().lora();
+      }
+      return "";
+    };
+    ASSIGN_OR_RETURN(kv_events_, KvEventPublisher::Start(kopts, lora));
+    cache_->events().SetForward(kv_events_.get());
+  }
 
   metrics_ = std::make_unique<Metrics>(cache_.get());
   if (!options_.metrics_listen.empty()) {
@@ -179,29 +275,41 @@ absl::Status Server::Init() {
     RETURN_IF_ERROR(ClaimSocketPath(options_.socket_path));
   }
 
-  ServiceEnv env{cache_.get(), metrics_.get(), &draining_};
+  ServiceEnv env{cache_.get(), metrics_.get(), &draining_, policy_.get(),
+                 &peers_};
   kv_service_ = std::make_unique<KvService>(env);
-  admin_service_ = std::make_unique<AdminService>(env);
+  admin_service_ =
+      std::make_unique<AdminService>(env, options_.max_watch_streams);
 
   RETURN_IF_ERROR(StartGrpc());
   if (!options_.listen_tcp.empty() && tcp_port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("--listen_tcp ", options_.listen_tcp, ": cannot bind"));
   }
-  if (!options_.socket_path.empty() &&
-      chmod(options_.socket_path.c_str(), 0660) != 0) {
-    return absl::InternalError(absl::StrCat(
-        "--socket ", options_.socket_path, ": chmod 0660: ", ErrnoText(errno)));
+  if (!options_.socket_path.empty()) {
+    ASSIGN_OR_RETURN(unix_listener_,
+                     UnixListener::Start(options_.socket_path, 0660, &peers_,
+                                         grpc_server_.get()));
+  }
+  if (options_.insecure_tcp) {
+    Log(LogLevel::kWarning,
+        absl::StrCat("--insecure_tcp: ", options_.listen_tcp,
+                     " serves plaintext gRPC without authentication: anyone "
+                     "who reaches it can use the cache (never as an "
+                     "administrator); use --tls_cert/--tls_key/--tls_client_ca"));
   }
   if (!attach_path_.empty()) {
     AttachServer::Options aopts;
     aopts.path = attach_path_;
     aopts.allowed_gids = options_.attach_allowed_gids;
+    aopts.max_pending_per_uid = options_.attach_max_pending_per_uid;
     Cache* cache = cache_.get();
-    ASSIGN_OR_RETURN(attach_server_,
-                     AttachServer::Start(aopts, [cache](absl::string_view id) {
-                       return cache->PoolForSession(id);
-                     }));
+    ASSIGN_OR_RETURN(
+        attach_server_,
+        AttachServer::Start(aopts, [cache](absl::string_view id,
+                                           const gpu::PeerCredentials& peer) {
+          return cache->PoolForAttach(id, peer);
+        }));
   }
   metrics_->MarkReady();
   return absl::OkStatus();
@@ -214,13 +322,14 @@ absl::Status Server::StartGrpc() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  if (!options_.socket_path.empty()) {
-    builder.AddListeningPort(UnixTarget(options_.socket_path),
-                             grpc::InsecureServerCredentials());
-  }
+  // The Unix socket is accepted by UnixListener (for peer credentials) and
+  // handed to this server connection by connection.
   if (!options_.listen_tcp.empty()) {
-    builder.AddListeningPort(options_.listen_tcp,
-                             grpc::InsecureServerCredentials(), &tcp_port_);
+    absl::Status creds_error;
+    std::shared_ptr<grpc::ServerCredentials> creds =
+        TcpCredentials(options_, &creds_error);
+    if (creds == nullptr) return creds_error;
+    builder.AddListeningPort(options_.listen_tcp, creds, &tcp_port_);
   }
   builder.RegisterService(kv_service_.get());
   builder.RegisterService(admin_service_.get());
@@ -241,8 +350,6 @@ absl::Status Server::StartGrpc() {
   if (grpc_server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat(
         "cannot bind gRPC on ",
-        options_.socket_path.empty() ? "" : UnixTarget(options_.socket_path),
-        options_.socket_path.empty() || options_.listen_tcp.empty() ? "" : " and ",
         options_.listen_tcp, " (address in use or not permitted)"));
   }
   if (auto* health = grpc_server_->GetHealthCheckService()) {
@@ -262,6 +369,7 @@ void Server::Shutdown(absl::Duration grace) {
       health->Shutdown();  // everything reports NOT_SERVING from now on
     }
   }
+  unix_listener_.reset();  // no new connections
   if (kv_service_ != nullptr) kv_service_->Shutdown();
   if (cache_ != nullptr) cache_->events().Shutdown();
   if (grpc_server_ != nullptr) {
@@ -271,6 +379,7 @@ void Server::Shutdown(absl::Duration grace) {
     grpc_server_.reset();
   }
   attach_server_.reset();
+  if (kv_events_ != nullptr) kv_events_->Stop();  // publishes what is queued
   metrics_.reset();
 }
 

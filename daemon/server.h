@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "daemon/attach_server.h"
 #include "daemon/cache.h"
+#include "daemon/kv_events.h"
 #include "daemon/metrics.h"
 #include "grpcpp/support/server_interceptor.h"
 
@@ -45,6 +46,7 @@ namespace radixkv::daemon {
 
 class AdminService;
 class KvService;
+class UnixListener;
 
 struct ServerOptions {
   // gRPC Unix socket; empty: none (then listen_tcp must be set).
@@ -60,6 +62,21 @@ struct ServerOptions {
   // Besides peers with the daemon's own uid (and root), let peers whose
   // primary gid is one of these attach (--attach_allowed_gids).
   std::vector<gid_t> attach_allowed_gids;
+  // Attach connections one uid may hold waiting (--attach_max_pending_per_uid).
+  size_t attach_max_pending_per_uid = 8;
+  // Tenants and administrators (--tenants, --admin_gids, --admin_subjects);
+  // self_uid is filled by Start.
+  AccessOptions access;
+  // TLS for listen_tcp: PEM files. With tls_client_ca, clients must present
+  // a certificate it signed (mTLS) and their identity is its subject.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  // Serve listen_tcp in plaintext, unauthenticated (--insecure_tcp). Needed
+  // for a TCP listener without TLS.
+  bool insecure_tcp = false;
+  // WatchEvents streams open at once (--max_watch_streams; 0: no limit).
+  uint32_t max_watch_streams = 16;
   // Limits, lease TTL, key mode, event buffer (cache.pool and
   // cache.attach_socket are filled by Start).
   CacheOptions cache;
@@ -75,6 +92,9 @@ struct ServerOptions {
   std::function<std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>()>
       interceptors;
+  // KV events in vLLM's format (--kv_events_*; docs/EVENTS.md). Empty
+  // endpoint: off. The medium is set by Start from the pool.
+  KvEventsOptions kv_events;
 };
 
 class Server {
@@ -118,11 +138,16 @@ class Server {
   std::atomic<bool> draining_{false};
   bool shut_down_ = false;
 
+  // Declared before cache_ so that it outlives the tree it listens to.
+  std::unique_ptr<KvEventPublisher> kv_events_;
+  std::unique_ptr<AccessPolicy> policy_;
+  PeerRegistry peers_;
   std::unique_ptr<Cache> cache_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<KvService> kv_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<UnixListener> unix_listener_;
   std::unique_ptr<AttachServer> attach_server_;
 };
 

@@ -32,7 +32,7 @@ SessionTable::SessionTable(uint32_t max_sessions)
 
 absl::StatusOr<SessionEntry> SessionTable::Create(
     const SessionBinding& binding, absl::string_view client_name,
-    absl::string_view peer, int32_t device) {
+    const Caller& caller, int32_t device, const SessionLimits& limits) {
   absl::MutexLock lock(&mu_);
   if (sessions_.size() >= max_sessions_) {
     return FieldError(absl::StatusCode::kResourceExhausted, "sessions",
@@ -41,6 +41,30 @@ absl::StatusOr<SessionEntry> SessionTable::Create(
                                    " open, the limit --max_sessions=",
                                    max_sessions_, " is reached"));
   }
+  if (limits.per_peer != 0 || limits.per_tenant != 0) {
+    const std::string principal = caller.peer.Principal();
+    uint32_t of_peer = 0, of_tenant = 0;
+    for (const auto& [id, e] : sessions_) {
+      if (e.peer.Principal() == principal) ++of_peer;
+      if (e.tenant == caller.tenant->name) ++of_tenant;
+    }
+    if (limits.per_peer != 0 && of_peer >= limits.per_peer) {
+      return FieldError(absl::StatusCode::kResourceExhausted, "sessions",
+                        v1::ERROR_REASON_LIMIT,
+                        absl::StrCat(principal, " has ", of_peer,
+                                     " sessions open, the limit "
+                                     "--max_sessions_per_peer=",
+                                     limits.per_peer, " is reached"));
+    }
+    if (limits.per_tenant != 0 && of_tenant >= limits.per_tenant) {
+      return FieldError(absl::StatusCode::kResourceExhausted, "sessions",
+                        v1::ERROR_REASON_LIMIT,
+                        absl::StrCat("tenant ", caller.tenant->name, " has ",
+                                     of_tenant, " sessions open, its limit "
+                                     "max_sessions=", limits.per_tenant,
+                                     " (--tenants) is reached"));
+    }
+  }
   std::string id = NewSessionId();
   while (sessions_.contains(id)) id = NewSessionId();
   SessionEntry& s = sessions_[id];
@@ -48,7 +72,8 @@ absl::StatusOr<SessionEntry> SessionTable::Create(
   s.owner = next_owner_++;
   s.binding = binding;
   s.client_name = std::string(client_name);
-  s.peer = std::string(peer);
+  s.peer = caller.peer;
+  s.tenant = caller.tenant->name;
   s.device = device;
   s.created = absl::Now();
   return s;
@@ -64,7 +89,7 @@ OwnerId SessionTable::Remove(absl::string_view session_id) {
 }
 
 absl::StatusOr<SessionRef> SessionTable::Lookup(
-    absl::string_view session_id) const {
+    absl::string_view session_id, const PeerIdentity& peer) const {
   if (session_id.empty()) {
     return FieldError(absl::StatusCode::kInvalidArgument, "session_id",
                       v1::ERROR_REASON_INVALID,
@@ -80,7 +105,23 @@ absl::StatusOr<SessionRef> SessionTable::Lookup(
         absl::StrCat("unknown session '", Printable(session_id),
                      "' (its Session stream ended, or it never existed)"));
   }
+  if (!peer.SameParty(it->second.peer)) {
+    return FieldError(
+        absl::StatusCode::kPermissionDenied, "session_id",
+        v1::ERROR_REASON_PERMISSION_DENIED,
+        absl::StrCat("session '", Printable(session_id), "' belongs to ",
+                     "another peer; ", peer.ToString(), " may use only the ",
+                     "sessions it opened"));
+  }
   return SessionRef{it->second.owner, it->second.binding};
+}
+
+bool SessionTable::Get(absl::string_view session_id, SessionEntry* out) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return false;
+  *out = it->second;
+  return true;
 }
 
 size_t SessionTable::size() const {

@@ -7,6 +7,10 @@
 // leases. The leases themselves live only in the tree (RadixTree's lease
 // records carry owner and expiry); this table keeps no copy of them.
 //
+// A session is bound to the verified peer that opened it
+// (PeerIdentity::SameParty): its id is a handle, not a credential, and a
+// call from any other peer is PERMISSION_DENIED.
+//
 // Thread safety: thread-safe; one internal mutex, never held while calling
 // out.
 #ifndef RADIXKV_DAEMON_SESSION_TABLE_H_
@@ -22,6 +26,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/access_policy.h"
+#include "daemon/peer_identity.h"
 #include "radix/radix_tree.h"
 
 namespace radixkv::daemon {
@@ -39,9 +45,16 @@ struct SessionEntry {
   OwnerId owner = kNoOwner;
   SessionBinding binding;
   std::string client_name;
-  std::string peer;
+  PeerIdentity peer;
+  std::string tenant;
   int32_t device = 0;
   absl::Time created;
+};
+
+// Session-count limits checked atomically with the insert (0: none).
+struct SessionLimits {
+  uint32_t per_peer = 0;    // by PeerIdentity::Principal (--max_sessions_per_peer)
+  uint32_t per_tenant = 0;  // the tenant's max_sessions
 };
 
 // What a request needs of its session.
@@ -56,20 +69,26 @@ class SessionTable {
   SessionTable(const SessionTable&) = delete;
   SessionTable& operator=(const SessionTable&) = delete;
 
-  // Creates a session with a fresh random id and owner id.
-  // RESOURCE_EXHAUSTED (naming --max_sessions) when the table is full.
+  // Creates a session of `caller` with a fresh random id and owner id.
+  // RESOURCE_EXHAUSTED naming the limit (--max_sessions,
+  // --max_sessions_per_peer, the tenant's max_sessions) when one is reached.
   absl::StatusOr<SessionEntry> Create(const SessionBinding& binding,
                                       absl::string_view client_name,
-                                      absl::string_view peer, int32_t device);
+                                      const Caller& caller, int32_t device,
+                                      const SessionLimits& limits);
 
   // Removes the session; returns its owner id (kNoOwner for an unknown id,
   // so removing twice is harmless).
   OwnerId Remove(absl::string_view session_id);
 
-  // The session's owner and binding. INVALID_ARGUMENT for an empty id,
-  // NOT_FOUND for an unknown one; both name the field session_id and carry
-  // an ErrorDetail.
-  absl::StatusOr<SessionRef> Lookup(absl::string_view session_id) const;
+  // The session's owner and binding, for a call from `peer`.
+  // INVALID_ARGUMENT for an empty id, NOT_FOUND for an unknown one,
+  // PERMISSION_DENIED when another peer opened it; all name the field
+  // session_id and carry an ErrorDetail.
+  absl::StatusOr<SessionRef> Lookup(absl::string_view session_id,
+                                    const PeerIdentity& peer) const;
+  // The whole entry; false for an unknown id.
+  bool Get(absl::string_view session_id, SessionEntry* out) const;
 
   size_t size() const;
   std::vector<SessionEntry> List() const;

@@ -126,11 +126,18 @@ class TorchWorker:
         ps = self.model.page_size
         if lease.new_blocks == 0:
             return 0
-        for j in range(lease.new_blocks):
-            b = lease.matched_blocks + j
-            page = lease.page_tensor(b)
-            page[:, 0] = ctx.k[:, :, b * ps:(b + 1) * ps]
-            page[:, 1] = ctx.v[:, :, b * ps:(b + 1) * ps]
+        try:
+            for j in range(lease.new_blocks):
+                b = lease.matched_blocks + j
+                page = lease.page_tensor(b)  # LeaseLost once it is not live
+                page[:, 0] = ctx.k[:, :, b * ps:(b + 1) * ps]
+                page[:, 1] = ctx.v[:, :, b * ps:(b + 1) * ps]
+        except radixkv_error() as e:
+            # The lease expired or its session ended: its pages are no longer
+            # this worker's to write. The blocks stay uncached.
+            print(f"torch_worker: lease lost before writing ({e}); the blocks "
+                  "stay uncached", file=sys.stderr)
+            return 0
         try:
             lease.commit(lease.new_blocks, release=False)
         except radixkv_error() as e:
@@ -138,6 +145,19 @@ class TorchWorker:
                   file=sys.stderr)
             return 0
         return lease.new_blocks
+
+    def _read_prefix(self, lease, ctx, pages: int) -> bool:
+        """Copies the first `pages` pages of the cached prefix into `ctx`;
+        False when the lease stopped being live before the copy finished."""
+        ps = self.model.page_size
+        try:
+            for b in range(pages):
+                page = lease.page_tensor(b)  # (L, 2, H, P, D), a view of the page
+                ctx.k[:, :, b * ps:(b + 1) * ps] = page[:, 0]
+                ctx.v[:, :, b * ps:(b + 1) * ps] = page[:, 1]
+        except radixkv_error():
+            return False
+        return lease.confirm_read()
 
     def run(self, prompt: Sequence[int], decode: int = 1) -> dict:
         """Serves one prompt; returns the run --json fields plus
@@ -155,10 +175,10 @@ class TorchWorker:
             prefix = min(matched * ps, n - 1)
             prefix_pages = -(-prefix // ps)
             ctx = m.new_context(max(prefix_pages * ps, n + decode))
-            for b in range(prefix_pages):
-                page = lease.page_tensor(b)  # (L, 2, H, P, D), a view of the page
-                ctx.k[:, :, b * ps:(b + 1) * ps] = page[:, 0]
-                ctx.v[:, :, b * ps:(b + 1) * ps] = page[:, 1]
+            if prefix_pages and not self._read_prefix(lease, ctx, prefix_pages):
+                # The lease was lost while reading: what was read may not be
+                # this prefix's K/V. A miss: prefill everything.
+                prefix, matched, cache = 0, 0, "degraded"
             ctx.size = prefix
             logits = m.forward(ctx, prompt[prefix:])
             token = int(torch.argmax(logits))

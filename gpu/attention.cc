@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "gpu/kv_ops.h"
 #include "gpu/kv_ops_check.h"
+#include "gpu/kv_ops_quant.h"
 #include "gpu/kv_parallel.h"
 #include "radix/status_macros.h"
 
@@ -202,6 +203,66 @@ class TileWorker {
   std::vector<float> qs_;      // [rows][head_dim], pre-scaled
 };
 
+// Decodes layer `layer` of the prefix pages of a typed (non-fp32) geometry
+// into fp32 pages of one layer (geometry *out_geom) held in *staging, one per
+// prefix page, and points *out_pages at them. Values are exactly
+// quant::Dequant's (8-bit codes through a 256-entry table of the same
+// decode), so attention over the staging equals attention over ReadKv's
+// fp32 output.
+void DequantPrefix(const PrefixPages& prefix,
+                   absl::Span<const void* const> pages,
+                   std::vector<float>* staging, PageGeometry* out_geom,
+                   std::vector<const void*>* out_pages) {
+  const PageGeometry& g = prefix.geom;
+  const PageGeometry g1 =
+      MakePageGeometry(1, g.num_kv_heads, g.page_size, g.head_dim,
+                       KvDType::kFloat32);
+  const uint64_t n_pages = PagesForTokens(g, prefix.tokens);
+  const size_t page_floats = g1.page_elems();
+  staging->resize(n_pages * page_floats);
+  float lut[256];
+  const bool byte_codes = g.elem_bytes == 1;
+  if (byte_codes) {
+    for (uint32_t c = 0; c < 256; ++c) {
+      lut[c] = quant::DecodeByteCode(g.dtype, static_cast<uint8_t>(c));
+    }
+  }
+  const uint64_t run_elems = g.head_elems();
+  ParallelFor(n_pages, std::max<size_t>(1, (size_t{1} << 18) / page_floats),
+              [&](size_t begin, size_t end) {
+    for (size_t p = begin; p < end; ++p) {
+      const uint8_t* page = static_cast<const uint8_t*>(pages[p]);
+      const uint32_t slots = static_cast<uint32_t>(std::min<uint64_t>(
+          g.page_size, prefix.tokens - p * g.page_size));
+      float* out = staging->data() + p * page_floats;
+      for (uint32_t kv = 0; kv < 2; ++kv) {
+        for (uint32_t h = 0; h < g.num_kv_heads; ++h) {
+          const uint64_t run = g.run(prefix.layer, kv, h);
+          const float scale = quant::PageScale(g, page, run);
+          const uint64_t n = uint64_t{slots} * g.head_dim;
+          const uint64_t src0 = run * run_elems;
+          float* dst = out + g1.offset(0, kv, h, 0, 0);
+          if (byte_codes) {
+            for (uint64_t i = 0; i < n; ++i) {
+              const float v = lut[page[src0 + i]];
+              dst[i] = g.scaled() ? v * scale : v;
+            }
+          } else {
+            for (uint64_t i = 0; i < n; ++i) {
+              dst[i] = quant::Dequant(g.dtype, page, src0 + i, scale);
+            }
+          }
+        }
+      }
+    }
+  });
+  *out_geom = g1;
+  out_pages->resize(n_pages);
+  for (uint64_t p = 0; p < n_pages; ++p) {
+    (*out_pages)[p] = staging->data() + p * page_floats;
+  }
+}
+
 }  // namespace
 
 float AttentionScale(const AttentionShape& shape) {
@@ -220,6 +281,15 @@ absl::Status AttentionPrefixSuffix(const AttentionShape& shape,
       return absl::InvalidArgumentError(
           absl::StrCat("pages[", i, "] is a null address"));
     }
+  }
+  if (prefix.tokens > 0 && prefix.geom.dtype != KvDType::kOpaque &&
+      prefix.geom.dtype != KvDType::kFloat32) {
+    std::vector<float> staging;
+    std::vector<const void*> staged;
+    PrefixPages fp32 = prefix;
+    DequantPrefix(prefix, pages, &staging, &fp32.geom, &staged);
+    fp32.layer = 0;
+    return AttentionPrefixSuffix(shape, fp32, staged, io);
   }
   const uint32_t Hkv = shape.num_kv_heads;
   const uint32_t D = shape.head_dim;

@@ -19,12 +19,18 @@
 // uncached prompt tail.
 //
 // GQA: query head h reads kv head h / (num_q_heads / num_kv_heads).
-// Numerics: fp32 storage and fp32 accumulation with an online softmax
+// Numerics: fp32 values (typed prefix pages dequantised first) and fp32
+// accumulation with an online softmax
 // (running max and sum, streamed over key blocks); no score matrix is
 // materialised. out = softmax(scale * q k^T) v.
 //
-// Prefix pages use the page layout of gpu/page_layout.h with elem_bytes 4
-// (fp32); one layer is read. Pointers are borrowed for the call.
+// Prefix pages use the page layout of gpu/page_layout.h; one layer is read.
+// Their dtype (PrefixPages::geom.dtype) is fp32 (kFloat32, or kOpaque with
+// elem_bytes 4) or any typed encoding: fp16, bf16, fp8 E4M3 / E5M2 and int8
+// keys and values are dequantised on read (decode(code) * the run's scale,
+// gpu/kv_ops_quant.h), so the result equals attention over the fp32 pages
+// that ReadKv would produce. Queries, local K/V and output stay fp32.
+// Pointers are borrowed for the call.
 //
 // Thread safety: reentrant; concurrent calls may read the same pages. The
 // CUDA version is asynchronous on `stream`.
@@ -48,7 +54,7 @@ struct AttentionShape {
 
 // The cached prefix of one layer.
 struct PrefixPages {
-  PageGeometry geom;      // REQUIRES: elem_bytes == 4, heads/dim == shape's
+  PageGeometry geom;      // REQUIRES: fp32 or typed; heads/dim == shape's
   uint32_t layer = 0;     // REQUIRES: < geom.num_layers
   // Keys 0 .. tokens-1 live in pages[t / page_size] at slot t % page_size.
   // REQUIRES: tokens <= pages.size() * page_size (a partial last page is

@@ -2,12 +2,15 @@
 // the CUDA entry points' fallbacks for builds without CUDA.
 #include "gpu/kv_ops.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gpu/kv_ops_check.h"
+#include "gpu/kv_ops_quant.h"
 #include "gpu/kv_parallel.h"
 #include "radix/status_macros.h"
 
@@ -63,6 +66,96 @@ void MoveRows(const PageGeometry& geom, uint8_t* k, uint8_t* v,
   });
 }
 
+// Typed pages (fp16, bf16, fp8, int8): converts between the fp32 source
+// layout and the page encoding, one work item per (page, layer, K|V, head)
+// run, so a scaled run's amax, scale and codes come from one pass over the
+// slots this call writes (kv_ops_quant.h).
+void WriteRuns(const PageGeometry& geom, const float* k, const float* v,
+               uint32_t n_tokens, uint32_t layer_stride_tokens,
+               void* const* pages) {
+  const uint32_t H = geom.num_kv_heads, D = geom.head_dim;
+  const uint32_t stride = layer_stride_tokens == 0 ? n_tokens : layer_stride_tokens;
+  const uint64_t runs_per_page = uint64_t{geom.num_layers} * 2 * H;
+  const uint64_t n_pages = PagesForTokens(geom, n_tokens);
+  const size_t run_bytes = size_t{geom.page_size} * D * sizeof(float);
+  const size_t per_thread =
+      std::max<size_t>(1, kMinBytesPerThread / std::max<size_t>(1, run_bytes));
+  ParallelFor(n_pages * runs_per_page, per_thread, [&](size_t begin, size_t end) {
+    for (size_t item = begin; item < end; ++item) {
+      const uint64_t p = item / runs_per_page;
+      const uint64_t run = item % runs_per_page;  // == geom.run(layer, kv, h)
+      const uint32_t layer = static_cast<uint32_t>(run / (2 * H));
+      const uint32_t kv = static_cast<uint32_t>(run / H % 2);
+      const uint32_t h = static_cast<uint32_t>(run % H);
+      const uint32_t first = static_cast<uint32_t>(p * geom.page_size);
+      const uint32_t slots = std::min(geom.page_size, n_tokens - first);
+      const float* src = kv == 0 ? k : v;
+      auto row = [&](uint32_t s) {
+        return src + ((size_t{layer} * stride + first + s) * H + h) * D;
+      };
+      uint8_t* page = static_cast<uint8_t*>(pages[p]);
+      float scale = 1.0f;
+      if (geom.scaled()) {
+        float amax = 0.0f;
+        for (uint32_t s = 0; s < slots; ++s) {
+          const float* x = row(s);
+          for (uint32_t d = 0; d < D; ++d) amax = std::max(amax, std::fabs(x[d]));
+        }
+        scale = quant::ScaleForAmax(geom.dtype, amax);
+        std::memcpy(page + geom.scale_offset_bytes() + run * sizeof(float),
+                    &scale, sizeof(float));
+      }
+      const uint64_t base = run * geom.head_elems();
+      for (uint32_t s = 0; s < slots; ++s) {
+        const float* x = row(s);
+        for (uint32_t d = 0; d < D; ++d) {
+          quant::EncodeElem(geom.dtype, quant::Scaled(geom.dtype, x[d], scale),
+                            page, base + uint64_t{s} * D + d);
+        }
+      }
+    }
+  });
+}
+
+// The inverse of WriteRuns: decodes (and rescales) runs into fp32.
+void ReadRuns(const PageGeometry& geom, float* k, float* v, uint32_t n_tokens,
+              uint32_t layer_stride_tokens, const void* const* pages) {
+  const uint32_t H = geom.num_kv_heads, D = geom.head_dim;
+  const uint32_t stride = layer_stride_tokens == 0 ? n_tokens : layer_stride_tokens;
+  const uint64_t runs_per_page = uint64_t{geom.num_layers} * 2 * H;
+  const uint64_t n_pages = PagesForTokens(geom, n_tokens);
+  const size_t run_bytes = size_t{geom.page_size} * D * sizeof(float);
+  const size_t per_thread =
+      std::max<size_t>(1, kMinBytesPerThread / std::max<size_t>(1, run_bytes));
+  ParallelFor(n_pages * runs_per_page, per_thread, [&](size_t begin, size_t end) {
+    for (size_t item = begin; item < end; ++item) {
+      const uint64_t p = item / runs_per_page;
+      const uint64_t run = item % runs_per_page;
+      const uint32_t layer = static_cast<uint32_t>(run / (2 * H));
+      const uint32_t kv = static_cast<uint32_t>(run / H % 2);
+      const uint32_t h = static_cast<uint32_t>(run % H);
+      const uint32_t first = static_cast<uint32_t>(p * geom.page_size);
+      const uint32_t slots = std::min(geom.page_size, n_tokens - first);
+      const void* page = pages[p];
+      const float scale = quant::PageScale(geom, page, run);
+      const uint64_t base = run * geom.head_elems();
+      float* dst = kv == 0 ? k : v;
+      for (uint32_t s = 0; s < slots; ++s) {
+        float* x = dst + ((size_t{layer} * stride + first + s) * H + h) * D;
+        for (uint32_t d = 0; d < D; ++d) {
+          x[d] = quant::Dequant(geom.dtype, page, base + uint64_t{s} * D + d,
+                                scale);
+        }
+      }
+    }
+  });
+}
+
+// True when the page elements are moved as they are (no conversion).
+bool RawElements(const PageGeometry& geom) {
+  return geom.dtype == KvDType::kOpaque || geom.dtype == KvDType::kFloat32;
+}
+
 absl::Status CheckNoNullPages(absl::Span<const void* const> pages,
                               const char* field) {
   for (size_t i = 0; i < pages.size(); ++i) {
@@ -85,6 +178,12 @@ absl::Status WriteKv(const PageGeometry& geom, const KvSource& src,
       reinterpret_cast<const void* const*>(pages.data()), pages.size());
   RETURN_IF_ERROR(CheckNoNullPages(cpages, "pages"));
   if (src.n_tokens == 0) return absl::OkStatus();
+  if (!RawElements(geom)) {
+    WriteRuns(geom, static_cast<const float*>(src.k),
+              static_cast<const float*>(src.v), src.n_tokens,
+              src.layer_stride_tokens, pages.data());
+    return absl::OkStatus();
+  }
   MoveRows<true>(geom, static_cast<uint8_t*>(const_cast<void*>(src.k)),
                  static_cast<uint8_t*>(const_cast<void*>(src.v)), src.n_tokens,
                  src.layer_stride_tokens, cpages.data());
@@ -113,6 +212,11 @@ absl::Status ReadKv(const PageGeometry& geom,
                                            pages.size(), "dst"));
   RETURN_IF_ERROR(CheckNoNullPages(pages, "pages"));
   if (dst.n_tokens == 0) return absl::OkStatus();
+  if (!RawElements(geom)) {
+    ReadRuns(geom, static_cast<float*>(dst.k), static_cast<float*>(dst.v),
+             dst.n_tokens, dst.layer_stride_tokens, pages.data());
+    return absl::OkStatus();
+  }
   MoveRows<false>(geom, static_cast<uint8_t*>(dst.k),
                   static_cast<uint8_t*>(dst.v), dst.n_tokens,
                   dst.layer_stride_tokens, pages.data());

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "gpu/kv_cuda_launch.h"
+#include "gpu/kv_ops_quant.h"
 #include "gpu/page_layout.h"
 
 namespace radixkv::gpu::cuda_kernels {
@@ -48,6 +49,59 @@ __global__ void WriteKvKernel(PageGeometry geom, const uint8_t* __restrict__ k,
     Word* dst = reinterpret_cast<Word*>(
         page + geom.offset(layer, kv, h, slot, 0) * geom.elem_bytes);
     dst[w] = src[i];
+  }
+}
+
+// Typed pages (fp16, bf16, fp8, int8). grid: x = page within the batch,
+// y = layer, z = K|V * num_kv_heads + head: one thread block per run, which
+// reduces the run's amax (scaled dtypes), stores its scale and encodes its
+// elements with the shared kv_ops_quant.h functions, so the page equals the
+// CPU write_kv's bit for bit (max is exact in any order).
+constexpr int kRunThreads = 128;
+
+__global__ void WriteRunsKernel(PageGeometry geom, const float* __restrict__ k,
+                                const float* __restrict__ v,
+                                uint32_t first_token, uint32_t n_tokens,
+                                uint32_t layer_stride_tokens,
+                                uint8_t* __restrict__ base, IdBatch batch) {
+  __shared__ float partial[kRunThreads];
+  const uint32_t H = geom.num_kv_heads, D = geom.head_dim;
+  const uint32_t layer = blockIdx.y;
+  const uint32_t kv = blockIdx.z / H;
+  const uint32_t h = blockIdx.z % H;
+  const uint32_t first = first_token + blockIdx.x * geom.page_size;
+  const uint32_t slots = min(geom.page_size, n_tokens - first);
+  const uint64_t n = uint64_t{slots} * D;
+  const float* src = kv == 0 ? k : v;
+  auto at = [&](uint64_t i) {
+    const uint32_t s = static_cast<uint32_t>(i / D), d = static_cast<uint32_t>(i % D);
+    return src[((size_t{layer} * layer_stride_tokens + first + s) * H + h) * D + d];
+  };
+  uint8_t* page = base + batch.ids[blockIdx.x] * geom.page_bytes();
+  const uint64_t run = geom.run(layer, kv, h);
+  float scale = 1.0f;
+  if (geom.scaled()) {
+    float amax = 0.0f;
+    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      amax = fmaxf(amax, fabsf(at(i)));
+    }
+    partial[threadIdx.x] = amax;
+    __syncthreads();
+    for (int s = kRunThreads / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s) {
+        partial[threadIdx.x] = fmaxf(partial[threadIdx.x], partial[threadIdx.x + s]);
+      }
+      __syncthreads();
+    }
+    scale = quant::ScaleForAmax(geom.dtype, partial[0]);
+    if (threadIdx.x == 0) {
+      reinterpret_cast<float*>(page + geom.scale_offset_bytes())[run] = scale;
+    }
+  }
+  const uint64_t elem0 = run * geom.head_elems();
+  for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    quant::EncodeElem(geom.dtype, quant::Scaled(geom.dtype, at(i), scale), page,
+                      elem0 + i);
   }
 }
 
@@ -102,6 +156,25 @@ int LaunchWriteKv(const PageGeometry& geom, const void* k, const void* v,
     return cudaErrorInvalidConfiguration;
   }
   const uint32_t stride = layer_stride_tokens == 0 ? n_tokens : layer_stride_tokens;
+  if (geom.dtype != KvDType::kOpaque && geom.dtype != KvDType::kFloat32) {
+    if (uint64_t{geom.num_kv_heads} * 2 > kMaxGridY) {
+      return cudaErrorInvalidConfiguration;
+    }
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    for (size_t p0 = 0; p0 < n_pages; p0 += kIdsPerLaunch) {
+      const size_t np = std::min<size_t>(kIdsPerLaunch, n_pages - p0);
+      IdBatch batch;
+      std::copy(host_page_ids + p0, host_page_ids + p0 + np, batch.ids);
+      const dim3 grid(static_cast<unsigned>(np), geom.num_layers,
+                      2 * geom.num_kv_heads);
+      WriteRunsKernel<<<grid, kRunThreads, 0, s>>>(
+          geom, static_cast<const float*>(k), static_cast<const float*>(v),
+          static_cast<uint32_t>(p0 * geom.page_size), n_tokens, stride,
+          static_cast<uint8_t*>(pool_base), batch);
+      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
   const size_t row_bytes = size_t{geom.head_dim} * geom.elem_bytes;
   const bool words4 = row_bytes % 4 == 0 && Aligned(k, 4) && Aligned(v, 4) &&
                       Aligned(pool_base, 4) && geom.page_bytes() % 4 == 0;

@@ -19,9 +19,17 @@
 // its capacity here). Token t of the source goes to page pages[t / page_size]
 // at slot t % page_size; the first token lands in slot 0 of pages[0].
 //
-// Element types: the kernels move elements as opaque `elem_bytes`-sized
-// values, so fp32, fp16, bf16 and fp8 layouts all work; nothing is
-// converted.
+// Element types (PageGeometry::dtype): with KvDType::kOpaque the kernels
+// move elements as opaque `elem_bytes`-sized values in the source's own
+// encoding; nothing is converted. With a typed geometry the source (and
+// ReadKv's destination) is fp32 whatever the page's dtype: kFloat32 copies,
+// kFloat16 / kBFloat16 round each element, and the scaled dtypes
+// (kFloat8E4M3, kFloat8E5M2, kInt8) compute one scale per (page, layer,
+// K|V, head) run from the slots this call writes, store it in the page's
+// scale area and encode x / scale (gpu/kv_ops_quant.h; docs/CONTRACTS.md
+// §2.1). ReadKv decodes and multiplies by the scale. A page of a scaled
+// dtype is written by one call (its scales cover that call's slots); the
+// CPU and CUDA write_kv produce bit-identical pages.
 //
 // Addressing: the CPU functions take either resolved page addresses (one per
 // page; this covers pools mapped in several chunks) or a contiguous base plus

@@ -20,6 +20,14 @@
 namespace radixkv::gpu::internal {
 
 inline absl::Status CheckGeometry(const PageGeometry& geom) {
+  if (geom.dtype != KvDType::kOpaque &&
+      (KvDTypeBytes(geom.dtype) == 0 ||
+       geom.elem_bytes != KvDTypeBytes(geom.dtype))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "geometry: dtype ", static_cast<uint32_t>(geom.dtype),
+        " needs elem_bytes ", KvDTypeBytes(geom.dtype), " (got ",
+        geom.elem_bytes, "; dtypes are 1..6 as radixkv.v1.DType)"));
+  }
   if (!geom.valid()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "geometry: every field must be > 0 (num_layers=", geom.num_layers,
@@ -125,10 +133,11 @@ inline absl::Status CheckAttention(const AttentionShape& shape,
   }
   if (prefix.tokens == 0) return absl::OkStatus();
   if (absl::Status s = CheckGeometry(prefix.geom); !s.ok()) return s;
-  if (prefix.geom.elem_bytes != 4) {
+  if (prefix.geom.dtype == KvDType::kOpaque && prefix.geom.elem_bytes != 4) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prefix.geom.elem_bytes is ", prefix.geom.elem_bytes,
-        "; attention reads fp32 pages (4)"));
+        "; attention reads opaque pages as fp32 (4): set prefix.geom.dtype "
+        "for fp16, bf16, fp8 or int8 pages"));
   }
   if (prefix.geom.num_kv_heads != shape.num_kv_heads ||
       prefix.geom.head_dim != shape.head_dim) {

@@ -108,6 +108,7 @@ RadixTree::Impl::Impl(const RadixTreeOptions& o)
       eager_token_arena_bytes(o.eager_token_arena_bytes),
       remembered_evictions(o.remembered_evictions),
       wide_walk(o.vector_walk && CpuHasAvx2()),
+      fence(o.fence_unended_leases),
       listener(o.listener),
       epoch(absl::Now()),
       sentinel(o.capacity_pages) {}
@@ -379,6 +380,7 @@ uint64_t RadixTree::Clear() {
     if (done && m.listener != nullptr) {
       TreeEvent e;
       e.type = TreeEvent::Type::kCleared;
+      e.remaining = m.cached_count;
       m.pending_events.push_back(e);
     }
     m.FlushEvents();

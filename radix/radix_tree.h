@@ -101,6 +101,15 @@ struct TreeEvent {
   BlockKey parent_key;  // kStored: the parent's key (the namespace root for a first block)
   PageId page = kNoPage;
   uint32_t depth = 0;   // kStored: block index in its prompt (0 = first block)
+  // kStored: the block's page_size and its block_size token ids, which the
+  // tree stores for every block committed with tokens (null for a key-mode
+  // block committed without). The ids point into the tree's own storage:
+  // valid only during OnTreeEvents; a listener that keeps them copies them.
+  uint32_t block_size = 0;
+  const uint32_t* tokens = nullptr;
+  // kCleared: cached blocks left after the Clear (pinned, or stored while
+  // it ran); 0 when the tree is empty.
+  uint64_t remaining = 0;
 };
 
 // Receives tree events. Called with the tree's mutex held, in tree order: an
@@ -133,6 +142,13 @@ struct RadixTreeOptions {
   // (page_size 16 or 32). false: the portable walk everywhere. Same
   // results either way.
   bool vector_walk = true;
+  // Fencing: a lease that expires (ReleaseExpired) or is ended for an owner
+  // that went away (ReleaseOwner with fence) keeps its pages, pinned or
+  // WRITING, until ReleaseFenced for its owner, or until the owner names it
+  // in Commit, Release or end_leases (which acknowledges it). Its pages are
+  // thus never handed to another writer while the old one may still write
+  // them. false: such leases end at once, as if released.
+  bool fence_unended_leases = false;
 };
 
 // Who holds a lease: an opaque id the caller chooses (radixkvd: one per
@@ -168,11 +184,16 @@ struct AcquireRequest {
   // ignored for kNoOwner). RESOURCE_EXHAUSTED beyond it, after end_leases
   // are counted as ended.
   uint32_t max_owner_leases = 0;
+  // Most pages `owner`'s leases may hold at once, this one's included (0:
+  // no limit; ignored for kNoOwner). A lease gets a shorter matched prefix
+  // and fewer new pages to fit; RESOURCE_EXHAUSTED when none fits.
+  uint64_t max_owner_pages = 0;
   // Leases of `owner` to end in the same step, as Release would: after the
   // matched prefix is pinned and before any page is allocated, so pages both
   // hold stay pinned throughout (no trip through the recency list) and pages
   // they free can be allocated. Every one must be live, unexpired, held by
-  // `owner` and listed once, else NOT_FOUND / INVALID_ARGUMENT naming it (as
+  // `owner` (expired or fenced ones included: ending them acknowledges
+  // them) and listed once, else NOT_FOUND / INVALID_ARGUMENT naming it (as
   // `end_leases_field`[i]), and nothing changes.
   absl::Span<const LeaseId> end_leases;
   // How error messages name end_leases (a caller's own field name).
@@ -241,6 +262,7 @@ struct NodeInfo {
   uint32_t refcount = 0;
   uint32_t children = 0;
   double age_seconds = 0;    // since last use
+  std::vector<uint32_t> tokens;  // DumpTreePage with_tokens: the block's ids
 };
 
 struct NamespaceInfo {
@@ -269,7 +291,11 @@ struct TreeStats {
   uint64_t deduplicated_blocks = 0;
   uint64_t evicted_pages = 0;
   uint64_t hash_collisions = 0;
-  uint64_t leases_expired = 0;     // ended by their expiry
+  uint64_t leases_expired = 0;     // ended (or fenced) by their expiry
+  // Leases fenced (RadixTreeOptions::fence_unended_leases) and the pages
+  // they hold.
+  uint64_t fenced_leases = 0;
+  uint64_t fenced_pages = 0;
   // Token-mode prompts (Acquire, Match): blocks whose key was found by
   // comparing tokens along the tree, and blocks whose key was hashed.
   uint64_t walked_blocks = 0;
@@ -321,7 +347,8 @@ class RadixTree {
   // Commits the next `blocks` uncommitted new pages of `lease` in block
   // order; with release, then ends the lease. Errors (nothing changed):
   // NOT_FOUND when `lease` is not a live lease of `owner` (unknown, ended,
-  // another owner's, or expired: an expired lease is ended now);
+  // another owner's, or expired or fenced: such a lease is ended now, its
+  // owner having acknowledged it by naming it);
   // FAILED_PRECONDITION when `blocks` exceeds the lease's uncommitted pages
   // (the message gives both numbers). Messages do not name a field: the
   // caller prefixes its own.
@@ -332,12 +359,21 @@ class RadixTree {
   // NOT_FOUND as for Commit.
   absl::Status Release(LeaseId lease, OwnerId owner = kNoOwner);
 
-  // Ends every lease of `owner` (kNoOwner: none); returns how many.
-  uint64_t ReleaseOwner(OwnerId owner);
-  // Ends every lease whose expiry is at or before `now`; returns how many.
+  // Ends every lease of `owner` (kNoOwner: none), fenced ones included;
+  // returns how many. With `fence` (and fence_unended_leases), fences the
+  // unfenced ones instead: the owner went away without ending them and may
+  // still write their pages.
+  uint64_t ReleaseOwner(OwnerId owner, bool fence = false);
+  // Ends every lease whose expiry is at or before `now` (fences it, with
+  // fence_unended_leases); returns how many.
   uint64_t ReleaseExpired(absl::Time now);
-  // Live leases held by `owner`.
+  // Ends the fenced leases of `owner`: it can no longer write their pages
+  // (it exited, or acknowledged). Returns the pages they held.
+  uint64_t ReleaseFenced(OwnerId owner);
+  // Leases held by `owner`, fenced ones included.
   uint32_t owner_leases(OwnerId owner) const;
+  // Pages held by `owner`'s leases (the max_owner_pages count).
+  uint64_t owner_pages(OwnerId owner) const;
 
   // --- Administration and inspection --------------------------------------
   // Per-block explanation of the prompt's cache state. Key mode only
@@ -358,6 +394,21 @@ class RadixTree {
 
   // Up to `limit` cached nodes, shallowest first (then most recent first).
   std::vector<NodeInfo> DumpTree(uint32_t max_depth, uint32_t limit) const;
+  // One page of a walk over every cached node, in page-id order: the nodes
+  // on pages start, start+1, ... with depth <= max_depth, at most `limit`
+  // of them, examining at most kDumpScanPages pages (so one call holds the
+  // shared lock for a bounded time however sparse the tree is). *next is
+  // the page to continue from; capacity when the walk is complete. Each
+  // call sees one consistent state; nodes stored or evicted between calls
+  // may be seen in either state. with_tokens also copies each block's
+  // stored token ids (none for a key-mode block committed without them).
+  std::vector<NodeInfo> DumpTreePage(uint32_t max_depth, PageId start,
+                                     uint32_t limit, bool with_tokens,
+                                     PageId* next) const;
+  // Pages one DumpTreePage call examines at most.
+  static constexpr uint32_t kDumpScanPages = 1u << 18;
+  // Pages in the pool (capacity_pages).
+  uint32_t capacity() const;
   // Whether a cached block has this key (in any namespace, at any depth).
   bool ContainsKey(const BlockKey& key) const;
 

@@ -111,6 +111,57 @@ std::vector<NodeInfo> RadixTree::DumpTree(uint32_t max_depth,
   return out;
 }
 
+std::vector<NodeInfo> RadixTree::DumpTreePage(uint32_t max_depth,
+                                              PageId start, uint32_t limit,
+                                              bool with_tokens,
+                                              PageId* next) const {
+  Impl& m = *impl_;
+  ReaderMutexLock lock(&m.mu);
+  std::vector<NodeInfo> out;
+  // Depths found during this call, memoised: a node's depth is resolved by
+  // walking up to the first ancestor whose depth is known.
+  absl::flat_hash_map<PageId, uint32_t> depth;
+  std::vector<PageId> chain;
+  const uint64_t end =
+      std::min<uint64_t>(m.capacity, uint64_t{start} + kDumpScanPages);
+  PageId p = std::min<PageId>(start, m.capacity);
+  for (; p < end && out.size() < limit; ++p) {
+    const Node& n = m.nodes[p];
+    if (n.state != PageState::kCached) continue;
+    chain.clear();
+    PageId q = p;
+    uint32_t d = 0;
+    while (q != kNoPage) {
+      if (auto it = depth.find(q); it != depth.end()) {
+        d = it->second + 1;
+        break;
+      }
+      chain.push_back(q);
+      q = m.nodes[q].parent;
+    }
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) depth[*it] = d++;
+    const uint32_t dp = depth[p];
+    if (dp > max_depth) continue;
+    NodeInfo& info = out.emplace_back();
+    info.key = n.key;
+    info.parent_key = m.ParentKey(n);
+    info.ns = n.ns;
+    info.page = p;
+    info.depth = dp;
+    info.refcount = n.refs;
+    info.children = n.children;
+    info.age_seconds = m.AgeSeconds(n);
+    if (with_tokens && n.has_tokens && m.arena_page_size != 0) {
+      const uint32_t* t = m.TokensOf(p);
+      info.tokens.assign(t, t + m.arena_page_size);
+    }
+  }
+  *next = p;
+  return out;
+}
+
+uint32_t RadixTree::capacity() const { return impl_->capacity; }
+
 TreeStats RadixTree::GetStats() const {
   Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
@@ -126,6 +177,8 @@ TreeStats RadixTree::GetStats() const {
   s.matches = m.matches.load(std::memory_order_relaxed);
   s.walked_blocks = m.walked_blocks.load(std::memory_order_relaxed);
   s.hashed_blocks = m.hashed_blocks.load(std::memory_order_relaxed);
+  s.fenced_leases = m.fenced_leases;
+  s.fenced_pages = m.fenced_pages;
   return s;
 }
 
@@ -146,7 +199,8 @@ size_t RadixTree::IndexMemoryBytes() const {
              lease.writing.capacity() * sizeof(PageId) +
              lease.keys.capacity() * sizeof(BlockKey);
   }
-  bytes += m.owner_leases.capacity() * (sizeof(OwnerId) + sizeof(uint32_t) + 1);
+  bytes += m.owner_leases.capacity() *
+           (sizeof(OwnerId) + sizeof(Impl::OwnerCount) + 1);
   bytes += m.evicted_ring.capacity() * sizeof(BlockKey);
   bytes += m.namespaces.capacity() * sizeof(m.namespaces[0]);
   return bytes;
@@ -317,13 +371,24 @@ absl::Status RadixTree::Impl::CheckLists(const PageCounts& c) const {
 absl::Status RadixTree::Impl::CheckLeases(uint64_t n_writing) const {
   auto fail = [](const auto&... parts) { return Violation(parts...); };
   // Leases: pins add up to refcounts; WRITING pages belong to one lease;
-  // owner_leases counts each owner's leases.
+  // owner_leases counts each owner's leases and the pages they hold; each
+  // lease's held count is its pins plus its WRITING pages; the fenced
+  // counters add up.
   std::vector<uint32_t> pins(capacity, 0);
   std::vector<uint8_t> owned(capacity, 0);
   uint64_t lease_writing = 0;
-  absl::flat_hash_map<OwnerId, uint32_t> per_owner;
+  absl::flat_hash_map<OwnerId, OwnerCount> per_owner;
+  uint64_t n_fenced = 0, n_fenced_pages = 0;
   for (const auto& [id, lease] : leases) {
-    if (lease.owner != kNoOwner) ++per_owner[lease.owner];
+    if (lease.owner != kNoOwner) {
+      ++per_owner[lease.owner].leases;
+      per_owner[lease.owner].pages += lease.held;
+    }
+    if (lease.fenced) {
+      ++n_fenced;
+      n_fenced_pages += lease.held;
+    }
+    uint64_t lease_held = lease.path.size();
     PageId parent = kNoPage;
     for (PageId p : lease.path) {
       if (p >= capacity || nodes[p].state != PageState::kCached) {
@@ -340,10 +405,27 @@ absl::Status RadixTree::Impl::CheckLeases(uint64_t n_writing) const {
       if (nodes[p].state == PageState::kWriting) {
         if (owned[p]++) return fail("page ", p, " owned by two leases");
         ++lease_writing;
+        ++lease_held;
       }
     }
+    if (lease_held != lease.held) {
+      return fail("lease ", id, " counts ", lease.held, " pages, holds ",
+                  lease_held);
+    }
   }
-  if (per_owner != owner_leases) {
+  if (n_fenced != fenced_leases || n_fenced_pages != fenced_pages) {
+    return fail("fenced counters ", fenced_leases, "/", fenced_pages,
+                " != leases ", n_fenced, "/", n_fenced_pages);
+  }
+  bool same_counts = per_owner.size() == owner_leases.size();
+  for (const auto& [o, c] : per_owner) {
+    auto it = owner_leases.find(o);
+    if (it == owner_leases.end() || it->second.leases != c.leases ||
+        it->second.pages != c.pages) {
+      same_counts = false;
+    }
+  }
+  if (!same_counts) {
     return fail("owner_leases counts ", owner_leases.size(),
                 " owners, the lease table ", per_owner.size(),
                 " (or their counts differ)");

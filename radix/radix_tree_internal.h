@@ -232,6 +232,8 @@ struct Lease {
   bool has_tokens = false;
   bool chain_keyed = false;     // keys computed by the tree from the tokens
   bool broken = false;          // a commit collided; later blocks are orphans
+  bool fenced = false;          // expired / owner gone; pages held (fence)
+  uint64_t held = 0;            // pages held: pinned path + WRITING pages
   uint32_t committed = 0;       // writing[0 .. committed) were committed
   std::vector<PageId> path;     // pinned nodes, root first
   std::vector<PageId> writing;  // allocated pages in block order
@@ -465,6 +467,13 @@ struct RadixTree::Impl {
   }
   void EndLease(Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   using LeaseMap = absl::flat_hash_map<LeaseId, Lease>;
+  // The ids of `owner`'s leases (none for kNoOwner): all, or only the
+  // unfenced or fenced ones.
+  enum class OwnerLeases { kAll, kUnfenced, kFenced };
+  std::vector<LeaseId> LeasesOf(OwnerId owner, OwnerLeases which) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // Fences the lease at `it` (fence_unended_leases), else erases it.
+  void FenceOrEraseLease(LeaseMap::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Ends the lease at `it` and forgets it (the owner's count included).
   void EraseLease(LeaseMap::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The live lease `id` of `owner`. NOT_FOUND when there is none; an expired
@@ -534,6 +543,7 @@ struct RadixTree::Impl {
   // The token walks use their AVX2 copies (RadixTreeOptions::vector_walk
   // and the CPU has AVX2).
   const bool wide_walk;
+  const bool fence;  // RadixTreeOptions::fence_unended_leases
   EventListener* const listener;
   const absl::Time epoch;
   const PageId sentinel;  // == capacity
@@ -564,8 +574,15 @@ struct RadixTree::Impl {
   std::vector<Namespace> namespaces ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<BlockKey, NamespaceId> ns_by_root ABSL_GUARDED_BY(mu);
   LeaseMap leases ABSL_GUARDED_BY(mu);
-  // Live leases per owner (kNoOwner is not counted).
-  absl::flat_hash_map<OwnerId, uint32_t> owner_leases ABSL_GUARDED_BY(mu);
+  // Leases (fenced included) and the pages they hold, per owner (kNoOwner
+  // is not counted).
+  struct OwnerCount {
+    uint32_t leases = 0;
+    uint64_t pages = 0;
+  };
+  absl::flat_hash_map<OwnerId, OwnerCount> owner_leases ABSL_GUARDED_BY(mu);
+  uint64_t fenced_leases ABSL_GUARDED_BY(mu) = 0;
+  uint64_t fenced_pages ABSL_GUARDED_BY(mu) = 0;
   LeaseId next_lease ABSL_GUARDED_BY(mu) = 1;
   // The last `remembered_evictions` evicted keys, a ring overwritten at
   // evicted_next. Eviction only stores a key; Explain (rare) hashes the ring.

@@ -40,11 +40,30 @@ void RadixTree::Impl::EraseLease(LeaseMap::iterator it) {
   EndLease(lease);
   if (lease.owner != kNoOwner) {
     auto o = owner_leases.find(lease.owner);
-    assert(o != owner_leases.end() && o->second > 0 &&
+    assert(o != owner_leases.end() && o->second.leases > 0 &&
+           o->second.pages >= lease.held &&
            "EraseLease: owner count out of step with the lease table");
-    if (--o->second == 0) owner_leases.erase(o);
+    o->second.pages -= lease.held;
+    if (--o->second.leases == 0) owner_leases.erase(o);
+  }
+  if (lease.fenced) {
+    assert(fenced_leases > 0 && fenced_pages >= lease.held);
+    --fenced_leases;
+    fenced_pages -= lease.held;
   }
   leases.erase(it);
+}
+
+void RadixTree::Impl::FenceOrEraseLease(LeaseMap::iterator it) {
+  Lease& lease = it->second;
+  if (!fence) {
+    EraseLease(it);
+    return;
+  }
+  if (lease.fenced) return;
+  lease.fenced = true;
+  ++fenced_leases;
+  fenced_pages += lease.held;
 }
 
 absl::StatusOr<RadixTree::Impl::LeaseMap::iterator> RadixTree::Impl::FindLease(
@@ -55,9 +74,10 @@ absl::StatusOr<RadixTree::Impl::LeaseMap::iterator> RadixTree::Impl::FindLease(
         "unknown lease ", id,
         " for this owner (ended, expired, or held by another)"));
   }
-  if (it->second.expires <= now) {
+  if (it->second.fenced || it->second.expires <= now) {
+    // Its owner names it, so it no longer writes it: end it now.
+    if (!it->second.fenced) ++stats.leases_expired;
     EraseLease(it);
-    ++stats.leases_expired;
     return absl::NotFoundError(
         absl::StrCat("lease ", id, " expired; its pages were released"));
   }
@@ -69,30 +89,39 @@ absl::Status RadixTree::Impl::CheckEndLeases(const AcquireRequest& req,
   const char* field = req.end_leases_field;
   // Checked whole before anything changes; ending one twice would unpin
   // its pages twice.
+  // Expired and fenced leases of the owner may be named: that ends them.
   absl::flat_hash_set<LeaseId> seen;
+  uint64_t ending_pages = 0;
   for (size_t i = 0; i < req.end_leases.size(); ++i) {
     const LeaseId id = req.end_leases[i];
     auto it = leases.find(id);
-    if (it == leases.end() || it->second.owner != req.owner ||
-        it->second.expires <= now) {
+    if (it == leases.end() || it->second.owner != req.owner) {
       return absl::NotFoundError(absl::StrCat(
           field, "[", i, "]: lease ", id,
-          " is unknown to this owner (ended, expired, or held by another)"));
+          " is unknown to this owner (ended, or held by another)"));
     }
     if (req.end_leases.size() > 1 && !seen.insert(id).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": lease ", id, " is listed twice"));
     }
+    ending_pages += it->second.held;
   }
-  if (req.owner != kNoOwner && req.max_owner_leases != 0) {
-    auto o = owner_leases.find(req.owner);
-    const uint64_t held = o == owner_leases.end() ? 0 : o->second;
-    if (held - std::min<uint64_t>(held, req.end_leases.size()) >=
-        req.max_owner_leases) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the owner holds ", held, " leases, the limit is ",
-          req.max_owner_leases, "; commit or release some"));
-    }
+  if (req.owner == kNoOwner) return absl::OkStatus();
+  auto o = owner_leases.find(req.owner);
+  const OwnerCount held = o == owner_leases.end() ? OwnerCount{} : o->second;
+  if (req.max_owner_leases != 0 &&
+      held.leases - std::min<uint64_t>(held.leases, req.end_leases.size()) >=
+          req.max_owner_leases) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the owner holds ", held.leases, " leases, the limit is ",
+        req.max_owner_leases, "; commit or release some"));
+  }
+  if (req.max_owner_pages != 0 &&
+      held.pages - ending_pages >= req.max_owner_pages) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the owner's leases hold ", held.pages - ending_pages,
+        " pages, the limit is ", req.max_owner_pages,
+        "; commit or release some"));
   }
   return absl::OkStatus();
 }
@@ -145,6 +174,15 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
   r.pages.reserve(prompt.keys.size());
   MatchPath(req.ns, prompt.keys, prompt.tokens, prompt.known_pages,
             prompt.known_epoch, &r.pages, &r.collisions);
+  // Pages this lease may hold (CheckEndLeases left at least one).
+  uint64_t budget = UINT64_MAX;
+  if (req.owner != kNoOwner && req.max_owner_pages != 0) {
+    auto o = owner_leases.find(req.owner);
+    uint64_t held = o == owner_leases.end() ? 0 : o->second.pages;
+    for (LeaseId id : req.end_leases) held -= leases.find(id)->second.held;
+    budget = req.max_owner_pages - held;
+    if (r.pages.size() > budget) r.pages.resize(budget);
+  }
   r.matched_blocks = static_cast<uint32_t>(r.pages.size());
 
   stats.lookups++;
@@ -175,12 +213,24 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
   }
   // Then end the leases the caller is done with: pages this Acquire just
   // pinned only lose a reference; the rest become evictable (or free).
-  for (LeaseId id : req.end_leases) EraseLease(leases.find(id));
+  if (!req.end_leases.empty()) {
+    const absl::Time wall = absl::Now();
+    for (LeaseId id : req.end_leases) {
+      auto it = leases.find(id);
+      // An expired lease ended here was not counted by a sweep yet.
+      if (!it->second.fenced && it->second.expires <= wall) {
+        ++stats.leases_expired;
+      }
+      EraseLease(it);
+    }
+  }
 
   uint32_t want = 0;
   if (req.allocate) {
     want = r.total_blocks - r.matched_blocks;
     if (req.max_new_blocks != 0) want = std::min(want, req.max_new_blocks);
+    want = static_cast<uint32_t>(
+        std::min<uint64_t>(want, budget - r.matched_blocks));
   }
   Lease lease;
   lease.owner = req.owner;
@@ -210,8 +260,13 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
   if (!r.pages.empty()) {
     lease.path.assign(r.pages.begin(), r.pages.begin() + r.matched_blocks);
     lease.matched = r.matched_blocks;
+    lease.held = r.pages.size();
     r.lease = next_lease++;
-    if (lease.owner != kNoOwner) ++owner_leases[lease.owner];
+    if (lease.owner != kNoOwner) {
+      OwnerCount& c = owner_leases[lease.owner];
+      ++c.leases;
+      c.pages += lease.held;
+    }
     leases.emplace(r.lease, std::move(lease));
   }
   FlushEvents();
@@ -249,6 +304,8 @@ void RadixTree::Impl::InsertNode(Lease& lease, PageId w, const BlockKey& key,
     e.parent_key = ParentKey(n);
     e.page = w;
     e.depth = depth;
+    e.block_size = arena_page_size;
+    if (n.has_tokens) e.tokens = TokensOf(w);
     pending_events.push_back(e);
   }
 }
@@ -293,6 +350,8 @@ absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
         m.Pin(c, now);
         m.SetHotChild(lease.ns, parent, c);
         lease.path.push_back(c);
+        ++lease.held;  // w stays WRITING until the lease ends
+        if (lease.owner != kNoOwner) ++m.owner_leases[lease.owner].pages;
         ++r.deduplicated;
         r.pages.push_back(c);
       } else {
@@ -328,18 +387,48 @@ absl::Status RadixTree::Release(LeaseId lease_id, OwnerId owner) {
   return absl::OkStatus();
 }
 
-uint64_t RadixTree::ReleaseOwner(OwnerId owner) {
-  if (owner == kNoOwner) return 0;
+std::vector<LeaseId> RadixTree::Impl::LeasesOf(OwnerId owner,
+                                               OwnerLeases which) const {
+  std::vector<LeaseId> ids;
+  if (owner == kNoOwner || !owner_leases.contains(owner)) return ids;
+  for (const auto& [id, lease] : leases) {
+    if (lease.owner != owner) continue;
+    if (which == OwnerLeases::kAll ||
+        lease.fenced == (which == OwnerLeases::kFenced)) {
+      ids.push_back(id);
+    }
+  }
+  return ids;
+}
+
+uint64_t RadixTree::ReleaseOwner(OwnerId owner, bool fence) {
   Impl& m = *impl_;
   WriterMutexLock lock(&m.mu);
-  if (!m.owner_leases.contains(owner)) return 0;
-  std::vector<LeaseId> ids;
-  for (const auto& [id, lease] : m.leases) {
-    if (lease.owner == owner) ids.push_back(id);
+  // Fencing leaves fenced leases as they are; ending ends them all.
+  const std::vector<LeaseId> ids = m.LeasesOf(
+      owner, fence ? Impl::OwnerLeases::kUnfenced : Impl::OwnerLeases::kAll);
+  for (LeaseId id : ids) {
+    if (fence) {
+      m.FenceOrEraseLease(m.leases.find(id));
+    } else {
+      m.EraseLease(m.leases.find(id));
+    }
   }
-  for (LeaseId id : ids) m.EraseLease(m.leases.find(id));
   m.FlushEvents();
   return ids.size();
+}
+
+uint64_t RadixTree::ReleaseFenced(OwnerId owner) {
+  Impl& m = *impl_;
+  WriterMutexLock lock(&m.mu);
+  uint64_t pages = 0;
+  for (LeaseId id : m.LeasesOf(owner, Impl::OwnerLeases::kFenced)) {
+    auto it = m.leases.find(id);
+    pages += it->second.held;
+    m.EraseLease(it);
+  }
+  m.FlushEvents();
+  return pages;
 }
 
 uint64_t RadixTree::ReleaseExpired(absl::Time now) {
@@ -349,7 +438,7 @@ uint64_t RadixTree::ReleaseExpired(absl::Time now) {
     // Most sweeps find nothing: look under the shared lock first.
     ReaderMutexLock lock(&m.mu);
     for (const auto& [id, lease] : m.leases) {
-      if (lease.expires <= now) ids.push_back(id);
+      if (lease.expires <= now && !lease.fenced) ids.push_back(id);
     }
   }
   if (ids.empty()) return 0;
@@ -357,9 +446,12 @@ uint64_t RadixTree::ReleaseExpired(absl::Time now) {
   uint64_t ended = 0;
   for (LeaseId id : ids) {
     auto it = m.leases.find(id);
-    // Ended meanwhile by its owner, or its id reused: nothing to do.
-    if (it == m.leases.end() || it->second.expires > now) continue;
-    m.EraseLease(it);
+    // Ended meanwhile by its owner: nothing to do.
+    if (it == m.leases.end() || it->second.expires > now ||
+        it->second.fenced) {
+      continue;
+    }
+    m.FenceOrEraseLease(it);
     ++ended;
   }
   m.stats.leases_expired += ended;
@@ -371,7 +463,14 @@ uint32_t RadixTree::owner_leases(OwnerId owner) const {
   const Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
   auto it = m.owner_leases.find(owner);
-  return it == m.owner_leases.end() ? 0 : it->second;
+  return it == m.owner_leases.end() ? 0 : it->second.leases;
+}
+
+uint64_t RadixTree::owner_pages(OwnerId owner) const {
+  const Impl& m = *impl_;
+  ReaderMutexLock lock(&m.mu);
+  auto it = m.owner_leases.find(owner);
+  return it == m.owner_leases.end() ? 0 : it->second.pages;
 }
 
 }  // namespace radixkv

@@ -7,8 +7,9 @@
 #      type $BUILD_TYPE, default Release)
 #   2. build only the GPU-relevant targets with -j$JOBS (default 16)
 #   3. ctest -L gpu -LE python --output-on-failure (CUDA kernels vs the CPU
-#      oracles, CUDA model vs CPU model, cuda pool export/import), plus the
-#      CPU attention oracle against its double-precision reference
+#      oracles for fp32 and every KV dtype, CUDA model vs CPU model, cuda
+#      pool export/import), plus the CPU attention oracle against its
+#      double-precision reference and the CPU typed-page tests
 #   4. the Python package on a cuda pool (tests/python/test_pool_cuda.py:
 #      radixkvd --pool=cuda, pages written through torch CUDA tensors and
 #      read by a second Python process) under the first python3 that has
@@ -18,6 +19,13 @@
 #   5. gpu_bench (copy_pages / offload / write_kv / attention, JSON lines)
 #   6. radixkv-worker bench --device cuda for the small and base models with
 #      ~90 % of the prompt cached (and the CPU for comparison)
+#   7. the KV dtype table on the device (bench/gpu/kv_dtype_table.sh
+#      --device cuda: bytes per token, logit error, greedy agreement and
+#      TTFT for fp32, fp16, bf16, fp8 E4M3 / E5M2 and int8 pages)
+#
+# A bare device machine (no compiler, no gRPC / Abseil packages) cannot run
+# this script: scripts/gpu_bundle.sh builds the same checks here into a
+# self-contained bundle whose run.sh runs them there.
 #
 # Everything goes to stdout and, when $OUT is set, to $OUT/gpu_check.log.
 # Exit status: non-zero when the build or a gpu test fails (or a bench
@@ -75,8 +83,9 @@ fi
 
 section "build (GPU-relevant targets, -j$JOBS)"
 WANT=(radixkv_gpu radixkv_worker radixkv-worker kernels_cuda_test
-      model_cuda_test radixkv_cuda_pool_test attention_cpu_test gpu_bench
-      radixkvd radixkvctl radixkv_python)
+      kernels_quant_cuda_test model_cuda_test radixkv_cuda_pool_test
+      attention_cpu_test kernels_quant_test gpu_bench radixkvd radixkvctl
+      radixkv_python)
 AVAILABLE="$(cmake --build "$BUILD" --target help 2>/dev/null)"
 TARGETS=()
 for t in "${WANT[@]}"; do
@@ -103,6 +112,9 @@ fi
 section "attention CPU oracle vs double reference"
 if [[ -x "$BUILD/tests/gpu/attention_cpu_test" ]]; then
   "$BUILD/tests/gpu/attention_cpu_test" --gtest_brief=1 || fail "attention_cpu_test"
+fi
+if [[ -x "$BUILD/tests/gpu/kernels_quant_test" ]]; then
+  "$BUILD/tests/gpu/kernels_quant_test" --gtest_brief=1 || fail "kernels_quant_test"
 fi
 
 section "python: radixkv on a cuda pool (tests/python/test_pool_cuda.py)"
@@ -168,6 +180,9 @@ else
   # The CPU on the same machine, for comparison.
   timeout 120 "$WORKER" bench --device cpu --model base --prefix-tokens 1856 \
     --suffix-tokens 192 --repeat 3 || fail "worker bench (cpu, base)"
+  section "KV dtype table on the device (bench/gpu/kv_dtype_table.sh)"
+  timeout 300 "$ROOT/bench/gpu/kv_dtype_table.sh" "$WORKER" --device cuda ||
+    fail "kv dtype table (cuda)"
 fi
 
 section "summary"

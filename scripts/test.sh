@@ -27,3 +27,27 @@ done
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan --target radix_stress_test
 ctest --preset tsan
+
+# --- Fuzzing (tests/fuzz; docs/TESTING.md) ---
+# The fuzz preset builds the libFuzzer harnesses with clang, ASan and UBSan.
+# ctest replays every committed seed and regression input once; then each
+# harness fuzzes for RADIXKV_FUZZ_SECONDS (default 20) seconds, nproc at a
+# time, from the seeds into build/fuzz/corpus. A crash fails the suite and
+# leaves its input in build/fuzz/artifacts/. bench/fuzz/run.sh fuzzes longer.
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz
+ctest --preset fuzz
+fuzz_seconds=${RADIXKV_FUZZ_SECONDS:-20}
+mkdir -p build/fuzz/artifacts build/fuzz/logs
+printf '%s\n' fuzz_cache_requests fuzz_attach_request fuzz_block_keys \
+    fuzz_trace_line |
+  xargs -P "$(nproc)" -I{} bash -c '
+    mkdir -p build/fuzz/corpus/{}
+    if build/fuzz/tests/fuzz/{} build/fuzz/corpus/{} tests/fuzz/corpus/{} \
+        -max_total_time='"$fuzz_seconds"' -timeout=10 -print_final_stats=1 \
+        -artifact_prefix=build/fuzz/artifacts/{}- \
+        >build/fuzz/logs/{}.log 2>&1; then
+      echo "fuzz {}: $(grep -o "number_of_executed_units: *[0-9]*" build/fuzz/logs/{}.log) in '"$fuzz_seconds"' s"
+    else
+      echo "fuzz {}: FAILED; see build/fuzz/logs/{}.log"; tail -40 build/fuzz/logs/{}.log; exit 1
+    fi'

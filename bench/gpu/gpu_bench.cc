@@ -12,6 +12,10 @@
 //                  geometry); GB/s of bytes written
 //   attention      attention_prefix_suffix on the device vs the CPU oracle
 //                  (same inputs) for a few shapes; milliseconds and max diff
+//   kv_dtype       per page dtype (fp32, fp16, bf16, fp8 E4M3 / E5M2,
+//                  int8): write_kv and attention ms for a 1856 + 192 token
+//                  prefill, whether the device pages equal the CPU write_kv's
+//                  bit for bit, and the attention's max diff from the CPU
 //
 // Usage: gpu_bench [--quick] [--peak_gbps=N] (--help describes them). Exit
 // codes: 0 ok, 1 a CUDA or kernel error, 3 a bad argument, 77 no usable CUDA
@@ -24,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
@@ -309,6 +314,78 @@ void BenchAttention(cudaStream_t s, bool quick) {
   }
 }
 
+// Typed KV pages: write_kv (quantising fp32 K/V into pages) and attention
+// over fp16 / bf16 / fp8 / int8 prefix pages (dequantised in the kernel),
+// prefill shape of the base model; ms per call and the max difference from
+// the CPU attention over the same pages.
+void BenchKvDtypes(cudaStream_t s, bool quick) {
+  constexpr uint32_t kHq = 12, kHkv = 4, kDim = 64, kPrefix = 1856, kSuffix = 192;
+  const KvDType dtypes[] = {KvDType::kFloat32, KvDType::kFloat16,
+                            KvDType::kBFloat16, KvDType::kFloat8E4M3,
+                            KvDType::kFloat8E5M2, KvDType::kInt8};
+  const char* names[] = {"fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8"};
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> k(size_t{kPrefix} * kHkv * kDim), v(k.size()),
+      q(size_t{kSuffix} * kHq * kDim), lk(size_t{kSuffix} * kHkv * kDim), lv(lk.size());
+  for (auto* vec : {&k, &v, &q, &lk, &lv})
+    for (float& x : *vec) x = u(rng);
+  auto up = [](const void* p, size_t bytes) {
+    auto b = CudaKernelBuffer::Create(bytes);
+    BENCH_CHECK(b.status());
+    BENCH_CHECK(b->CopyFromHost(p, bytes));
+    return std::move(*b);
+  };
+  CudaKernelBuffer d_k = up(k.data(), k.size() * 4), d_v = up(v.data(), v.size() * 4),
+                   d_q = up(q.data(), q.size() * 4), d_lk = up(lk.data(), lk.size() * 4),
+                   d_lv = up(lv.data(), lv.size() * 4);
+  for (size_t t = 0; t < std::size(dtypes); ++t) {
+    const PageGeometry g = MakePageGeometry(1, kHkv, 16, kDim, dtypes[t]);
+    const uint64_t pages = PagesForTokens(g, kPrefix);
+    const std::vector<uint64_t> ids = Shuffled(pages, 9);
+    std::vector<uint8_t> pool(pages * g.page_bytes());
+    BENCH_CHECK(WriteKv(g, KvSource{k.data(), v.data(), kPrefix}, pool.data(),
+                        pages, ids));
+    std::vector<const void*> host_pages;
+    for (uint64_t id : ids) host_pages.push_back(pool.data() + id * g.page_bytes());
+    const AttentionShape shape{kHq, kHkv, kDim, 0};
+    const PrefixPages prefix{g, 0, kPrefix};
+    std::vector<float> out_cpu(q.size()), out_gpu(q.size());
+    BENCH_CHECK(AttentionPrefixSuffix(
+        shape, prefix, host_pages,
+        AttentionIo{q.data(), kSuffix, lk.data(), lv.data(), kSuffix, out_cpu.data()}));
+    auto d_pool = CudaKernelBuffer::Create(pool.size());
+    BENCH_CHECK(d_pool.status());
+    CudaKernelBuffer d_ids = up(ids.data(), ids.size() * 8),
+                     d_out = up(out_gpu.data(), out_gpu.size() * 4);
+    const double write_ms = TimeMs(s, quick ? 3 : 10, [&] {
+      return WriteKvCuda(g, KvSource{d_k.get(), d_v.get(), kPrefix}, d_pool->get(),
+                         pages, ids, s);
+    });
+    const AttentionIo io{d_q.as<float>(), kSuffix, d_lk.as<float>(), d_lv.as<float>(),
+                         kSuffix, d_out.as<float>()};
+    const double attn_ms = TimeMs(s, quick ? 3 : 10, [&] {
+      return AttentionPrefixSuffixCuda(shape, prefix, d_pool->get(),
+                                       d_ids.as<uint64_t>(), io, s);
+    });
+    BENCH_CHECK(d_out.CopyToHost(out_gpu.data(), out_gpu.size() * 4));
+    std::vector<uint8_t> got(pool.size());
+    BENCH_CHECK(d_pool->CopyToHost(got.data(), got.size()));
+    float diff = 0;
+    for (size_t i = 0; i < q.size(); ++i)
+      diff = std::max(diff, std::fabs(out_cpu[i] - out_gpu[i]));
+    PrintLine({{"bench", "kv_dtype"},
+               {"kv_dtype", names[t]},
+               {"prefix", kPrefix},
+               {"suffix", kSuffix},
+               {"page_bytes", g.page_bytes()},
+               {"write_kv_ms", Rounded(write_ms, 4)},
+               {"attention_ms", Rounded(attn_ms, 4)},
+               {"pages_equal_cpu", got == pool},
+               {"max_abs_diff", Significant(diff, 3)}});
+  }
+}
+
 }  // namespace
 }  // namespace radixkv::gpu
 
@@ -352,5 +429,6 @@ int main(int argc, char** argv) {
   BenchOffload(stream.get(), quick);
   BenchWriteKv(stream.get(), quick);
   BenchAttention(stream.get(), quick);
+  BenchKvDtypes(stream.get(), quick);
   return 0;
 }

@@ -65,8 +65,11 @@ class Daemon:
         self.dir = tempfile.mkdtemp(prefix="rkvb", dir="/tmp")
         self.sock = os.path.join(self.dir, "d.sock")
         self.log = open(os.path.join(self.dir, "radixkvd.log"), "w")
+        # One replay session may pin the whole pool, as the simulation's
+        # single cache does (the daemon's default is half of it).
         cmd = [binary, "--socket=" + self.sock, "--metrics_listen=",
-               "--pool=none,pages=%d" % pages] + extra_flags
+               "--pool=none,pages=%d" % pages,
+               "--max_pinned_pages_per_session=%d" % pages] + extra_flags
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log)
         try:
             wait_for_socket(self.sock, self.proc)

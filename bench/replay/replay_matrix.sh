@@ -31,7 +31,7 @@ trap '[ -n "$dpid" ] && kill "$dpid" 2>/dev/null; true' EXIT
 start_daemon() {  # pages
   rm -f "$work/d.sock"
   "$radixkvd" --socket="$work/d.sock" --metrics_listen= --pool=none,pages="$1" \
-    --allow_key_mode >>"$work/radixkvd.log" 2>&1 &
+    --max_pinned_pages_per_session="$1" --allow_key_mode >>"$work/radixkvd.log" 2>&1 &
   dpid=$!
   for _ in $(seq 1 300); do
     [ -S "$work/d.sock" ] && return 0

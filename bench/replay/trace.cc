@@ -30,10 +30,22 @@ std::string ParseErrorReason(const Json::parse_error& e) {
 }
 
 absl::Status ParseTimestamp(const Json& v, TraceRequest* req) {
-  if (v.is_number_integer()) {
+  // A number outside int64_t's range (casting such a double is undefined).
+  const auto out_of_range = [&v] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "field 'timestamp' is ", v.dump(), ", outside the 64-bit range"));
+  };
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > uint64_t{std::numeric_limits<int64_t>::max()}) {
+      return out_of_range();
+    }
+    req->timestamp_ms = v.get<int64_t>();
+  } else if (v.is_number_integer()) {
     req->timestamp_ms = v.get<int64_t>();
   } else if (v.is_number_float()) {
-    req->timestamp_ms = static_cast<int64_t>(v.get<double>());
+    const double ms = v.get<double>();
+    if (!(ms > -0x1p63 && ms < 0x1p63)) return out_of_range();
+    req->timestamp_ms = static_cast<int64_t>(ms);
   } else {
     return absl::InvalidArgumentError("field 'timestamp' is not a number");
   }
@@ -70,6 +82,10 @@ absl::StatusOr<TraceRequest> ParseTraceLine(absl::string_view line) {
   } catch (const Json::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         "not valid JSON at column ", e.byte, ": ", ParseErrorReason(e)));
+  } catch (const Json::out_of_range& e) {
+    // A number beyond a double's range, such as 1e999.
+    return absl::InvalidArgumentError(
+        absl::StrCat("not valid JSON: ", e.what()));
   }
   if (!j.is_object()) {
     return absl::InvalidArgumentError(

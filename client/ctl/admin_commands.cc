@@ -181,20 +181,52 @@ void PrintTree(const v1::DumpTreeResponse& resp, std::ostream& out) {
   if (!Headers(out)) return;
   out << "(" << resp.nodes_size() << " of " << resp.total_nodes()
       << " cached blocks shown"
-      << (resp.truncated() ? "; raise --limit for more" : "") << ")\n";
+      << (resp.truncated() ? "; raise --limit for more, or --all" : "")
+      << ")\n";
+}
+
+// tree --all: every cached block, walking DumpTree's pages (page-id order)
+// with one --timeout deadline per page; the pages are printed as one answer.
+int RunTreeAll(Context& ctx, v1::DumpTreeRequest req) {
+  Admin::Stub stub(ctx.Channel());
+  req.set_limit(10000);
+  req.set_paged(true);
+  v1::DumpTreeResponse all;
+  do {
+    v1::DumpTreeResponse page;
+    const absl::Status status = CallWithDeadline(
+        [&](grpc::ClientContext* call) {
+          return stub.DumpTree(call, req, &page);
+        },
+        ctx.global.timeout);
+    if (!status.ok()) return Fail(ctx, status);
+    for (v1::TreeNode& n : *page.mutable_nodes()) {
+      *all.add_nodes() = std::move(n);
+    }
+    all.set_total_nodes(page.total_nodes());
+    req.set_page_token(page.next_page_token());
+  } while (!req.page_token().empty());
+  return PrintResult(ctx, [&] { return ToJsonLine(all); },
+                     [&] { PrintTree(all, *ctx.out); });
 }
 
 int RunTree(Context& ctx) {
   v1::DumpTreeRequest req;
-  absl::StatusOr<uint64_t> limit = ctx.args.GetUint("limit", 20, 1, 10000);
-  if (!limit.ok()) return Fail(ctx, limit.status());
-  req.set_limit(static_cast<uint32_t>(*limit));
   if (ctx.args.Has("max-depth")) {
     absl::StatusOr<uint64_t> depth =
         ctx.args.GetUint("max-depth", 0, 0, 0xffffffffu);
     if (!depth.ok()) return Fail(ctx, depth.status());
     req.set_max_depth(static_cast<uint32_t>(*depth));
   }
+  if (ctx.args.Has("all")) {
+    if (ctx.args.Has("limit")) {
+      return BadArgs(ctx, "--all and --limit exclude each other");
+    }
+    return RunTreeAll(ctx, req);
+  }
+  absl::StatusOr<uint64_t> limit = ctx.args.GetUint("limit", 20, 1, 10000);
+  if (!limit.ok()) return Fail(ctx, limit.status());
+  req.set_limit(static_cast<uint32_t>(*limit));
   return CallAndPrint(ctx, &Admin::Stub::DumpTree, req, PrintTree);
 }
 
@@ -384,11 +416,15 @@ std::vector<Command> AdminCommands() {
       {"tree", contents,
        "Show the top of the radix tree: shallowest blocks first", "",
        "radixkvctl tree --limit=50 --max-depth=2\n"
-       "radixkvctl tree --limit=1000 -o json | jq '.nodes | length'",
+       "radixkvctl tree --limit=1000 -o json | jq '.nodes | length'\n"
+       "radixkvctl tree --all -o json | jq '.nodes | length'",
        "Columns: key prefix, depth (block index in its prompt), page, refcount "
-       "(leases pinning it), children, age since last use, namespace.",
+       "(leases pinning it), children, age since last use, namespace. --all "
+       "pages through every cached block (in page order, 10000 per call); "
+       "blocks that change during the walk may show either state.",
        {{"limit", true, "at most this many blocks (default 20, max 10000)"},
         {"max-depth", true, "deepest block index to show (0: first blocks)"},
+        {"all", false, "every cached block, however many (page order)"},
         NoHeadersFlag()},
        RunTree},
       {"watch", contents,

@@ -11,6 +11,7 @@
 #include "client/ctl/ctl.h"
 #include "client/ctl/output.h"
 #include "nlohmann/json.hpp"
+#include "radixkv/namespace_spec.h"
 #include "radixkv/v1/radixkv.grpc.pb.h"
 
 #ifndef RADIXKV_VERSION
@@ -202,15 +203,31 @@ int RunSize(Context& ctx) {
   // K and V (x2) of every layer and KV head, per token.
   const unsigned __int128 per_token128 =
       static_cast<unsigned __int128>(*layers) * 2 * *heads * *dim * elem;
-  const unsigned __int128 bytes128 = per_token128 * *tokens;
-  const unsigned __int128 page128 = per_token128 * *page;
-  if (bytes128 > ~uint64_t{0} || page128 > ~uint64_t{0}) {
+  const uint64_t pages = (*tokens + *page - 1) / *page;
+  const unsigned __int128 elems_page128 = per_token128 * *page;
+  if (per_token128 * *tokens > ~uint64_t{0} || elems_page128 > (uint64_t{1} << 62)) {
+    return BadArgs(ctx, "size: the result does not fit in 64 bits");
+  }
+  // fp8 and int8 pages also hold one fp32 scale per layer, K|V and KV head
+  // (docs/CONTRACTS.md §2.1): NamespacePageBytes is the page size a pool
+  // uses.
+  NamespaceSpec spec;
+  spec.num_layers = static_cast<uint32_t>(*layers);
+  spec.num_kv_heads = static_cast<uint32_t>(*heads);
+  spec.head_dim = static_cast<uint32_t>(*dim);
+  spec.page_size = static_cast<uint32_t>(*page);
+  spec.dtype = *dtype;
+  const uint64_t scale_bytes = NamespaceScaleBytes(spec);
+  const unsigned __int128 page128 = elems_page128 + scale_bytes;
+  const unsigned __int128 bytes128 =
+      per_token128 * *tokens + static_cast<unsigned __int128>(pages) * scale_bytes;
+  if (bytes128 > ~uint64_t{0} ||
+      static_cast<unsigned __int128>(pages) * page128 > ~uint64_t{0}) {
     return BadArgs(ctx, "size: the result does not fit in 64 bits");
   }
   const uint64_t per_token = static_cast<uint64_t>(per_token128);
   const uint64_t bytes = static_cast<uint64_t>(bytes128);
   const uint64_t page_bytes = static_cast<uint64_t>(page128);
-  const uint64_t pages = (*tokens + *page - 1) / *page;
   auto json = [&] {
     nlohmann::ordered_json j;
     j["bytes"] = bytes;
@@ -219,6 +236,7 @@ int RunSize(Context& ctx) {
     j["bytes_per_token"] = per_token;
     j["tokens"] = *tokens;
     j["page_size"] = *page;
+    j["scale_bytes_per_page"] = scale_bytes;
     return j.dump();
   };
   return PrintResult(ctx, json, [&] {
@@ -229,6 +247,11 @@ int RunSize(Context& ctx) {
                                      *dim, " dims x ", elem, " B)"));
     kv.Add("pages", absl::StrCat(pages, " of ", *page, " tokens"));
     kv.Add("page bytes", HumanBytes(page_bytes));
+    if (scale_bytes > 0) {
+      kv.Add("scales", absl::StrCat(scale_bytes, " B per page (", *layers,
+                                    " layers x 2 x ", *heads,
+                                    " kv heads x 4 B fp32, 16 B aligned)"));
+    }
     kv.Add("pool bytes", absl::StrCat(HumanBytes(pages * page_bytes),
                                       " (whole pages)"));
     kv.Print(*ctx.out);
@@ -298,7 +321,9 @@ std::vector<Command> KeyCommands() {
        "radixkvctl size --layers=24 --kv-heads=8 --head-dim=64 --dtype=fp16 "
        "--tokens=4096",
        "bytes = layers x 2 (K and V) x kv_heads x head_dim x dtype bytes x "
-       "tokens; pages = ceil(tokens / page_size).",
+       "tokens, plus for fp8_e4m3, fp8_e5m2 and int8 each page's scale area "
+       "(layers x 2 x kv_heads fp32 scales); pages = ceil(tokens / "
+       "page_size); page_bytes includes the scales.",
        {{"layers", true, "number of layers (required)"},
         {"kv-heads", true, "KV heads (required)"},
         {"head-dim", true, "head dimension (required)"},

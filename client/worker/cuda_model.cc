@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -85,6 +87,23 @@ struct CudaModel::State {
   // Makes `prefix` readable by the attention kernel: sets kv->prefix_base
   // and kv->prefix_ids (unchanged when the same prefix was prepared before).
   absl::Status PreparePrefix(const PrefixView& prefix, DeviceKv* kv);
+
+  // Row-major C = A * B (+ C): cuBLAS when loaded, else the built-in GEMM.
+  absl::Status Gemm(const float* a, const float* b, float* c, size_t m,
+                    size_t k, size_t n, bool accumulate) {
+    if (blas != nullptr) return blas->GemmRowMajor(a, b, c, m, k, n, accumulate);
+    constexpr size_t kMax = std::numeric_limits<int32_t>::max();
+    if (m == 0 || k == 0 || n == 0 || m > kMax || k > kMax || n > kMax) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gemm: dimensions ", m, " x ", k, " x ", n,
+                       " must be in 1..2^31-1"));
+    }
+    return Cuda(cuda_kernels::LaunchGemm(a, b, c, static_cast<uint32_t>(m),
+                                         static_cast<uint32_t>(k),
+                                         static_cast<uint32_t>(n), accumulate,
+                                         stream),
+                "built-in gemm");
+  }
 };
 
 absl::Status CudaModel::Available() {
@@ -92,10 +111,11 @@ absl::Status CudaModel::Available() {
     return absl::FailedPreconditionError(
         "cuda: no usable CUDA device (no driver, no device or a CUDA error)");
   }
-  return gpu::CublasLibraryStatus();
+  return absl::OkStatus();
 }
 
-CudaModel::CudaModel(std::unique_ptr<State> state) : state_(std::move(state)) {}
+CudaModel::CudaModel(std::unique_ptr<State> state)
+    : cublas_(state->blas != nullptr), state_(std::move(state)) {}
 CudaModel::~CudaModel() = default;
 
 absl::StatusOr<std::shared_ptr<uint8_t>> CudaModel::AllocateDeviceBytes(
@@ -116,7 +136,11 @@ absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model)
   // A blocking stream: ordered after the synchronous legacy-stream
   // cudaMemset/cudaMemcpy of CudaKernelBuffer.
   RETURN_IF_ERROR(Cuda(cudaStreamCreate(&st->stream), "cudaStreamCreate"));
-  ASSIGN_OR_RETURN(st->blas, gpu::CublasHandle::Create(st->stream));
+  const char* gemm = std::getenv("RADIXKV_WORKER_GEMM");
+  const bool builtin = gemm != nullptr && std::string(gemm) == "builtin";
+  if (!builtin && gpu::CublasLibraryStatus().ok()) {
+    ASSIGN_OR_RETURN(st->blas, gpu::CublasHandle::Create(st->stream));
+  }
   ASSIGN_OR_RETURN(st->embedding, Upload(model.embedding_));
   ASSIGN_OR_RETURN(st->head, Upload(model.head_));
   ASSIGN_OR_RETURN(st->final_norm, Upload(model.final_norm_));
@@ -286,7 +310,7 @@ absl::StatusOr<std::vector<float>> CudaModel::Forward(
                                                      h, m32, c.d_model,
                                                      c.norm_eps, stream),
                          "attn rmsnorm"));
-    RETURN_IF_ERROR(st.blas->GemmRowMajor(h, w.wqkv.as<float>(), qkv, m, d,
+    RETURN_IF_ERROR(st.Gemm(h, w.wqkv.as<float>(), qkv, m, d,
                                           qkv_w, false));
     RETURN_IF_ERROR(Cuda(
         cuda_kernels::LaunchSplitRope(qkv, q, k_layer + first_local * kvd,
@@ -299,23 +323,23 @@ absl::StatusOr<std::vector<float>> CudaModel::Forward(
         shape, gpu::PrefixPages{geom, l, prefix.tokens}, kv.prefix_base,
         prefix.tokens > 0 ? kv.prefix_ids.as<uint64_t>() : nullptr, io,
         stream));
-    RETURN_IF_ERROR(st.blas->GemmRowMajor(attn, w.wo.as<float>(), x, m, qd, d, true));
+    RETURN_IF_ERROR(st.Gemm(attn, w.wo.as<float>(), x, m, qd, d, true));
     RETURN_IF_ERROR(Cuda(cuda_kernels::LaunchRmsNorm(x, w.mlp_norm.as<float>(),
                                                      h, m32, c.d_model,
                                                      c.norm_eps, stream),
                          "mlp rmsnorm"));
-    RETURN_IF_ERROR(st.blas->GemmRowMajor(h, w.wgateup.as<float>(), gu, m, d,
+    RETURN_IF_ERROR(st.Gemm(h, w.wgateup.as<float>(), gu, m, d,
                                           2 * f, false));
     RETURN_IF_ERROR(Cuda(cuda_kernels::LaunchSwiGlu(gu, act, m32, c.ffn_dim, stream),
                          "swiglu"));
-    RETURN_IF_ERROR(st.blas->GemmRowMajor(act, w.wdown.as<float>(), x, m, f, d, true));
+    RETURN_IF_ERROR(st.Gemm(act, w.wdown.as<float>(), x, m, f, d, true));
   }
   RETURN_IF_ERROR(Cuda(cuda_kernels::LaunchRmsNorm(x + (m - 1) * d,
                                                    st.final_norm.as<float>(),
                                                    last, 1, c.d_model,
                                                    c.norm_eps, stream),
                        "final rmsnorm"));
-  RETURN_IF_ERROR(st.blas->GemmRowMajor(last, st.head.as<float>(), logits_d, 1,
+  RETURN_IF_ERROR(st.Gemm(last, st.head.as<float>(), logits_d, 1,
                                         d, c.vocab, false));
   std::vector<float> logits(c.vocab);
   RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(logits.data(), logits_d,
@@ -369,6 +393,10 @@ absl::Status CudaModel::WriteKvToDevicePages(const LocalKv& local,
   return gpu::CudaKernelStreamSync(st.stream);
 }
 
+const char* CudaModel::GemmBackend() const {
+  return cublas_ ? "cublas" : "builtin";
+}
+
 #else  // !RADIXKV_WORKER_CUDA
 
 struct DeviceKv {};
@@ -381,6 +409,7 @@ absl::Status CudaModel::Available() {
 }
 CudaModel::CudaModel(std::unique_ptr<State> state) : state_(std::move(state)) {}
 CudaModel::~CudaModel() = default;
+const char* CudaModel::GemmBackend() const { return "none"; }
 absl::StatusOr<std::unique_ptr<CudaModel>> CudaModel::Create(const Model&) {
   return Available();
 }

@@ -5,7 +5,11 @@
 // device. Same math as the CPU path, step by step:
 //
 //   weights   uploaded once at Create (fp32, same layout as the CPU copy)
-//   GEMMs     cuBLAS sgemm (gpu/cublas_loader.h), pedantic fp32 (no TF32)
+//   GEMMs     cuBLAS sgemm (gpu/cublas_loader.h), pedantic fp32 (no TF32),
+//             when libcublas loads; otherwise (a device machine with a
+//             driver and no CUDA toolkit), or with the environment variable
+//             RADIXKV_WORKER_GEMM=builtin, a built-in tiled fp32 GEMM
+//             (cuda_model_kernels.h)
 //   RMSNorm, RoPE (tables computed on the host exactly as on the CPU),
 //   SwiGLU, embedding gather   small kernels (cuda_model_kernels.cu)
 //   attention gpu::AttentionPrefixSuffixCuda over the prefix pages and the
@@ -45,8 +49,9 @@ namespace radixkv::worker {
 
 class CudaModel {
  public:
-  // OK when this build has CUDA, a CUDA device is usable and cuBLAS loads;
-  // FAILED_PRECONDITION saying which is missing otherwise.
+  // OK when this build has CUDA and a CUDA device is usable (cuBLAS is
+  // optional: see GemmBackend); FAILED_PRECONDITION saying which is missing
+  // otherwise.
   static absl::Status Available();
 
   // `bytes` of zeroed device memory, freed when the last owner lets go (for
@@ -76,10 +81,15 @@ class CudaModel {
   absl::Status WriteKvToDevicePages(const LocalKv& local, uint32_t first_local,
                                     absl::Span<void* const> pages);
 
+  // "cublas" or "builtin": which GEMM the forward passes use (fixed at
+  // Create).
+  const char* GemmBackend() const;
+
  private:
   struct State;
   explicit CudaModel(std::unique_ptr<State> state);
 
+  const bool cublas_ = false;  // set at construction, then read-only
   absl::Mutex mu_;
   std::unique_ptr<State> state_ ABSL_GUARDED_BY(mu_);
 };

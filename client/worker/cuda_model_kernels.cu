@@ -85,7 +85,71 @@ __global__ void SwiGluKernel(const float* __restrict__ gu,
   }
 }
 
+constexpr int kGemmTile = 64;   // output rows and columns per block
+constexpr int kGemmDepth = 16;  // k per shared-memory stage
+constexpr int kGemmThreads = 256;
+
+// One block per 64 x 64 tile of C; thread (ty, tx) of a 16 x 16 grid owns
+// rows ty + 16 i and columns tx + 16 j (i, j < 4) of the tile.
+__global__ void GemmKernel(const float* __restrict__ a,
+                           const float* __restrict__ b, float* __restrict__ c,
+                           uint32_t m, uint32_t k, uint32_t n, bool accumulate) {
+  __shared__ float as[kGemmDepth][kGemmTile];  // A tile, transposed
+  __shared__ float bs[kGemmDepth][kGemmTile];
+  const uint32_t tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const uint32_t row0 = blockIdx.y * kGemmTile, col0 = blockIdx.x * kGemmTile;
+  float acc[4][4] = {};
+  for (uint32_t k0 = 0; k0 < k; k0 += kGemmDepth) {
+    for (uint32_t i = threadIdx.x; i < kGemmTile * kGemmDepth; i += kGemmThreads) {
+      const uint32_t r = i / kGemmDepth, cc = i % kGemmDepth;
+      const uint32_t gr = row0 + r, gc = k0 + cc;
+      as[cc][r] = gr < m && gc < k ? a[size_t{gr} * k + gc] : 0.0f;
+    }
+    for (uint32_t i = threadIdx.x; i < kGemmDepth * kGemmTile; i += kGemmThreads) {
+      const uint32_t r = i / kGemmTile, cc = i % kGemmTile;
+      const uint32_t gr = k0 + r, gc = col0 + cc;
+      bs[r][cc] = gr < k && gc < n ? b[size_t{gr} * n + gc] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kGemmDepth; ++kk) {
+      float av[4], bv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = as[kk][ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bv[j] = bs[kk][tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t r = row0 + ty + 16 * i;
+    if (r >= m) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t col = col0 + tx + 16 * j;
+      if (col >= n) continue;
+      float* out = c + size_t{r} * n + col;
+      *out = accumulate ? *out + acc[i][j] : acc[i][j];
+    }
+  }
+}
+
 }  // namespace
+
+int LaunchGemm(const float* a, const float* b, float* c, uint32_t m,
+               uint32_t k, uint32_t n, bool accumulate, void* stream) {
+  if (m == 0 || k == 0 || n == 0) return cudaErrorInvalidValue;
+  const dim3 grid((n + kGemmTile - 1) / kGemmTile, (m + kGemmTile - 1) / kGemmTile);
+  if (grid.y > 65535) return cudaErrorInvalidConfiguration;
+  GemmKernel<<<grid, kGemmThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      a, b, c, m, k, n, accumulate);
+  return cudaGetLastError();
+}
 
 int LaunchEmbed(const uint32_t* tokens, const float* embedding, float* x,
                 uint32_t m, uint32_t d, void* stream) {

@@ -1,7 +1,7 @@
 // File: client/worker/cuda_model_kernels.h
 //
 // Raw launchers of the reference model's small CUDA kernels (embedding
-// gather, RMSNorm, QKV split + RoPE, SwiGLU), implemented in
+// gather, RMSNorm, QKV split + RoPE, SwiGLU, the built-in GEMM), implemented in
 // cuda_model_kernels.cu. Internal to the worker's CUDA path (cuda_model.cc),
 // which checks every argument before calling. Free of CUDA and Abseil types
 // so cuda_model.cc compiles with the host compiler.
@@ -39,6 +39,14 @@ int LaunchSplitRope(const float* qkv, float* q, float* k_out, float* v_out,
 // act[i][j] = silu(gu[i][j]) * gu[i][f + j] for i < m, j < f.
 int LaunchSwiGlu(const float* gu, float* act, uint32_t m, uint32_t f,
                  void* stream);
+
+// Row-major C[m][n] = A[m][k] * B[k][n] (accumulate: C += A * B), fp32 with
+// fp32 accumulation: the built-in GEMM used when cuBLAS cannot be loaded
+// (a device machine with a driver and no CUDA toolkit). 64 x 64 output
+// tiles, 256 threads, 4 x 4 outputs per thread. REQUIRES: m, k, n > 0 and
+// below 2^31.
+int LaunchGemm(const float* a, const float* b, float* c, uint32_t m,
+               uint32_t k, uint32_t n, bool accumulate, void* stream);
 
 }  // namespace radixkv::worker::cuda_kernels
 

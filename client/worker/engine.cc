@@ -32,8 +32,10 @@ absl::Status WriteBlocks(const Model& model, const LocalKv& local,
   for (uint32_t i = 0; i < n; ++i) {
     pages[i] = lease.page_address(page_index + i);
     if (pages[i] == nullptr) {
-      return absl::InternalError(
-          absl::StrCat("lease page ", page_index + i, " has no address"));
+      // The lease is no longer live: its pages are not this worker's to
+      // write. The caller skips the commit.
+      return absl::FailedPreconditionError(
+          absl::StrCat("lease page ", page_index + i, " is no longer held"));
     }
   }
   if (lease.device_pages()) {
@@ -48,6 +50,12 @@ absl::Status WriteBlocks(const Model& model, const LocalKv& local,
 
 absl::StatusOr<RunResult> Engine::Run(absl::Span<const uint32_t> prompt,
                                       const RunOptions& options) const {
+  return RunOnce(prompt, options, /*use_cache=*/true);
+}
+
+absl::StatusOr<RunResult> Engine::RunOnce(absl::Span<const uint32_t> prompt,
+                                          const RunOptions& options,
+                                          bool use_cache) const {
   const ModelConfig& c = model_->config();
   if (prompt.empty()) return absl::InvalidArgumentError("prompt: no tokens");
   if (options.decode_tokens == 0) {
@@ -65,9 +73,13 @@ absl::StatusOr<RunResult> Engine::Run(absl::Span<const uint32_t> prompt,
   result.prompt_tokens = n;
   const auto t0 = std::chrono::steady_clock::now();
 
-  ASSIGN_OR_RETURN(std::unique_ptr<CacheLease> lease,
-                   cache_->Acquire(prompt, /*allocate=*/true));
-  result.cache_degraded = lease->degraded();
+  std::unique_ptr<CacheLease> lease;
+  if (use_cache) {
+    ASSIGN_OR_RETURN(lease, cache_->Acquire(prompt, /*allocate=*/true));
+  } else {
+    ASSIGN_OR_RETURN(lease, NewNoPrefixCache()->Acquire(prompt, /*allocate=*/false));
+  }
+  result.cache_degraded = !use_cache || lease->degraded();
   const uint32_t matched = lease->matched_blocks();
   // Reuse every cached token but the last prompt token, which always runs.
   const uint32_t prefix_tokens = std::min(matched * ps, n - 1);
@@ -77,7 +89,9 @@ absl::StatusOr<RunResult> Engine::Run(absl::Span<const uint32_t> prompt,
   for (uint32_t i = 0; i < (prefix_tokens + ps - 1) / ps; ++i) {
     const void* p = lease->page_address(i);
     if (p == nullptr) {
-      return absl::InternalError(absl::StrCat("matched page ", i, " has no address"));
+      // The lease stopped being live (expired, session lost): a miss.
+      (void)lease->Release();
+      return RunOnce(prompt, options, /*use_cache=*/false);
     }
     prefix.pages.push_back(p);
   }
@@ -98,11 +112,13 @@ absl::StatusOr<RunResult> Engine::Run(absl::Span<const uint32_t> prompt,
   if (options.commit_prompt && new_blocks > 0) {
     // New blocks start right after the matched ones, which are all in the
     // prefix (a prompt with unmatched blocks is not fully cached).
-    RETURN_IF_ERROR(WriteBlocks(*model_, local, prefix_tokens, matched, new_blocks,
-                                *lease, matched));
-    // A failed commit (the daemon restarted, the lease ended) costs only
-    // future hits: the request goes on with its own K/V.
-    if (lease->Commit(new_blocks, /*release=*/false).ok()) {
+    // A lease lost before the write, or a failed commit (the daemon
+    // restarted, the lease ended) costs only future hits: the request goes
+    // on with its own K/V.
+    absl::Status written = WriteBlocks(*model_, local, prefix_tokens, matched,
+                                       new_blocks, *lease, matched);
+    if (!written.ok() && !absl::IsFailedPrecondition(written)) return written;
+    if (written.ok() && lease->Commit(new_blocks, /*release=*/false).ok()) {
       result.committed_blocks = new_blocks;
     }
   }
@@ -118,6 +134,11 @@ absl::StatusOr<RunResult> Engine::Run(absl::Span<const uint32_t> prompt,
   if (options.decode_tokens > 1 && result.decode_s > 0) {
     result.decode_tokens_per_s = (options.decode_tokens - 1) / result.decode_s;
   }
+  // Every step above read the prefix pages: were they still ours?
+  if (prefix_tokens > 0 && !lease->ConfirmRead().ok()) {
+    (void)lease->Release();
+    return RunOnce(prompt, options, /*use_cache=*/false);
+  }
 
   if (options.commit_generated) {
     // Tokens whose K/V exist: the prompt and every generated token but the
@@ -129,8 +150,10 @@ absl::StatusOr<RunResult> Engine::Run(absl::Span<const uint32_t> prompt,
     const uint32_t m2 = gen->matched_blocks(), n2 = gen->new_blocks();
     // Only blocks whose K/V sit in the local cache can be written.
     if (n2 > 0 && m2 * ps >= prefix_tokens) {
-      RETURN_IF_ERROR(WriteBlocks(*model_, local, prefix_tokens, m2, n2, *gen, m2));
-      if (gen->Commit(n2, /*release=*/true).ok()) {
+      absl::Status written =
+          WriteBlocks(*model_, local, prefix_tokens, m2, n2, *gen, m2);
+      if (!written.ok() && !absl::IsFailedPrecondition(written)) return written;
+      if (written.ok() && gen->Commit(n2, /*release=*/true).ok()) {
         result.committed_generated_blocks = n2;
       }
     }

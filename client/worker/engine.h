@@ -70,6 +70,14 @@ class Engine {
                                 const RunOptions& options) const;
 
  private:
+  // Run, consulting the cache or not. A lease lost while its pages were
+  // read (expired, session gone) makes Run serve the request again without
+  // the cache: bytes read from pages the worker no longer holds are never
+  // used.
+  absl::StatusOr<RunResult> RunOnce(absl::Span<const uint32_t> prompt,
+                                    const RunOptions& options,
+                                    bool use_cache) const;
+
   const Model* model_;
   PrefixCache* cache_;
 };

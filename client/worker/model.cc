@@ -88,6 +88,51 @@ const char* DeviceName(Device device) {
   return "?";
 }
 
+namespace {
+struct KvDTypeEntry {
+  DType dtype;
+  const char* name;
+  double tolerance;
+};
+// Tolerances: about 5x the largest first-token logit error measured over
+// the benchmark prompt sets of the tiny, small and base models
+// (client/worker/README.md, "KV dtypes"; base has the largest).
+constexpr KvDTypeEntry kKvDTypes[] = {
+    {DType::kFloat32, "fp32", 1e-4},        {DType::kFloat16, "fp16", 4e-4},
+    {DType::kBFloat16, "bf16", 3e-3},       {DType::kFloat8E4M3, "fp8_e4m3", 0.05},
+    {DType::kFloat8E5M2, "fp8_e5m2", 0.1},  {DType::kInt8, "int8", 0.015},
+};
+}  // namespace
+
+absl::StatusOr<DType> ParseKvDType(absl::string_view name) {
+  for (const KvDTypeEntry& e : kKvDTypes) {
+    if (name == e.name) return e.dtype;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "kv dtype \"", name,
+      "\": want fp32, fp16, bf16, fp8_e4m3, fp8_e5m2 or int8"));
+}
+
+const char* KvDTypeName(DType dtype) {
+  for (const KvDTypeEntry& e : kKvDTypes) {
+    if (e.dtype == dtype) return e.name;
+  }
+  return "?";
+}
+
+std::vector<DType> AllKvDTypes() {
+  std::vector<DType> all;
+  for (const KvDTypeEntry& e : kKvDTypes) all.push_back(e.dtype);
+  return all;
+}
+
+double KvDTypeTolerance(DType dtype) {
+  for (const KvDTypeEntry& e : kKvDTypes) {
+    if (e.dtype == dtype) return e.tolerance;
+  }
+  return 0;
+}
+
 absl::Status ModelConfig::Validate() const {
   auto bad = [](absl::string_view field, uint64_t v, absl::string_view rule) {
     return absl::InvalidArgumentError(
@@ -111,6 +156,9 @@ absl::Status ModelConfig::Validate() const {
     return bad("head_dim", head_dim, "must be even and in 2..1024");
   if (page_size == 0 || page_size > 4096)
     return bad("page_size", page_size, "must be in 1..4096");
+  if (std::string(KvDTypeName(kv_dtype)) == "?")
+    return bad("kv_dtype", static_cast<uint32_t>(kv_dtype),
+               "must be fp32, fp16, bf16, fp8_e4m3, fp8_e5m2 or int8 (1..6)");
   return absl::OkStatus();
 }
 
@@ -125,12 +173,13 @@ NamespaceSpec ModelConfig::Namespace() const {
   ns.num_kv_heads = num_kv_heads;
   ns.head_dim = head_dim;
   ns.page_size = page_size;
-  ns.dtype = DType::kFloat32;
+  ns.dtype = kv_dtype;
   return ns;
 }
 
 PageGeometry ModelConfig::Geometry() const {
-  return PageGeometry{num_layers, num_kv_heads, page_size, head_dim, 4};
+  return MakePageGeometry(num_layers, num_kv_heads, page_size, head_dim,
+                          static_cast<KvDType>(kv_dtype));
 }
 
 uint64_t ModelConfig::ParameterCount() const {
@@ -241,6 +290,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
                                    "; using the CPU path");
   }
   return m;
+}
+
+const char* Model::gemm_backend() const {
+  return cuda_ == nullptr ? "cpu" : cuda_->GemmBackend();
 }
 
 absl::Status Model::WriteKvToDevicePages(const LocalKv& local,

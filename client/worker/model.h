@@ -15,8 +15,14 @@
 // (seed, tensor, index), scaled by 1/sqrt(fan_in).
 //
 // KV: the model's KV layout is its namespace layout (num_layers,
-// num_kv_heads, head_dim, page_size, fp32). The K stored in pages and in the
-// local cache is post-RoPE, so cached pages are position-complete.
+// num_kv_heads, head_dim, page_size, kv_dtype). The K stored in pages and in
+// the local cache is post-RoPE, so cached pages are position-complete. The
+// model computes in fp32 and its local cache is fp32; pages hold kv_dtype
+// (fp32, fp16, bf16, fp8 E4M3 / E5M2 or int8 with per-run scales,
+// docs/CONTRACTS.md §2.1): write_kv quantises when blocks are committed and
+// attention dequantises cached prefix pages on read, so a cached prefix of a
+// quantised namespace differs from a full prefill by the quantisation error
+// only (KvDTypeTolerance).
 //
 // A forward pass (Forward) runs new tokens after a context made of
 //   1. a prefix in pool pages (PrefixView: tokens 0 .. prefix.tokens-1), and
@@ -28,8 +34,9 @@
 //
 // Devices: Create(config, device) picks the CPU path or the CUDA path
 // (cuda_model.h: cuBLAS GEMMs and device kernels, weights on the device).
-// kAuto takes CUDA when a device and cuBLAS are usable and otherwise the
-// CPU, saying why in device_note(). Both paths compute the same function
+// kAuto takes CUDA when a device is usable (with cuBLAS GEMMs when
+// libcublas loads, a built-in GEMM otherwise) and otherwise the CPU, saying
+// why in device_note(). Both paths compute the same function
 // (within float rounding; the CUDA equivalence tests allow 1e-3).
 //
 // Thread safety: a Model is immutable after Create and may be shared by
@@ -63,6 +70,20 @@ enum class Device { kAuto, kCpu, kCuda };
 absl::StatusOr<Device> ParseDevice(absl::string_view name);
 const char* DeviceName(Device device);
 
+// Page dtypes by their flag names: fp32, fp16, bf16, fp8_e4m3, fp8_e5m2,
+// int8. INVALID_ARGUMENT listing them otherwise.
+absl::StatusOr<DType> ParseKvDType(absl::string_view name);
+// The flag name of a page dtype ("fp32" ...; "?" for others).
+const char* KvDTypeName(DType dtype);
+// Every page dtype, fp32 first.
+std::vector<DType> AllKvDTypes();
+
+// Documented bound on max |cached - uncached| of the reference models' first
+// logits (the "tiny", "small" and "base" configurations, prompts of up to a
+// few thousand tokens) when the prefix comes from pages of `dtype`: float
+// rounding for fp32, the quantisation error otherwise.
+double KvDTypeTolerance(DType dtype);
+
 struct ModelConfig {
   std::string name = "tiny";
   uint32_t num_layers = 2;
@@ -77,6 +98,9 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   uint64_t seed = 1;
+  // Encoding of cached K/V pages; part of the namespace (a page of one
+  // dtype never serves a request of another).
+  DType kv_dtype = DType::kFloat32;
 
   // INVALID_ARGUMENT naming the field: zero sizes, num_q_heads not a
   // multiple of num_kv_heads, odd head_dim (RoPE rotates pairs), sizes above
@@ -85,9 +109,11 @@ struct ModelConfig {
 
   // The namespace this model's blocks live in: model "radixkv-reference/
   // <name>", a revision string that encodes every weight-shaping field and
-  // the seed (so two configurations never share K/V), the KV layout, fp32.
+  // the seed (so two configurations never share K/V), the KV layout and
+  // kv_dtype.
   NamespaceSpec Namespace() const;
-  // The page geometry of the namespace layout (elem_bytes 4).
+  // The page geometry of the namespace layout (dtype kv_dtype; page_bytes()
+  // equals NamespacePageBytes(Namespace())).
   PageGeometry Geometry() const;
   // Number of weights (embedding, layers, final norm, separate head).
   uint64_t ParameterCount() const;
@@ -98,7 +124,8 @@ struct ModelConfig {
 absl::StatusOr<ModelConfig> NamedModelConfig(absl::string_view name);
 
 // The prefix part of the context: `tokens` tokens whose K/V sit in pool
-// pages (host addresses, block order; elem_bytes 4). Borrowed for a call.
+// pages (host addresses, block order; the config's Geometry()). Borrowed
+// for a call.
 struct PrefixView {
   std::vector<const void*> pages;
   uint32_t tokens = 0;  // REQUIRES: <= pages.size() * page_size
@@ -163,9 +190,9 @@ double ForwardFlops(const ModelConfig& config, uint64_t context_tokens,
 class Model {
  public:
   // Validates the config and generates the weights; with kCuda or kAuto
-  // also uploads them to the device. kCuda without a usable device or
-  // cuBLAS: FAILED_PRECONDITION saying what is missing; kAuto then falls
-  // back to the CPU and records why in device_note().
+  // also uploads them to the device. kCuda without a usable device:
+  // FAILED_PRECONDITION saying what is missing; kAuto then falls back to
+  // the CPU and records why in device_note().
   static absl::StatusOr<std::unique_ptr<Model>> Create(
       const ModelConfig& config, Device device = Device::kCpu);
   ~Model();
@@ -175,6 +202,9 @@ class Model {
   const ModelConfig& config() const { return config_; }
   // True when forward passes run on the CUDA device.
   bool on_cuda() const { return cuda_ != nullptr; }
+  // The GEMM of the forward passes: "cpu", or on CUDA "cublas" or
+  // "builtin" (cuBLAS could not be loaded).
+  const char* gemm_backend() const;
   // One line: why kAuto chose the CPU; empty otherwise.
   const std::string& device_note() const { return device_note_; }
 

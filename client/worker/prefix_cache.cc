@@ -9,6 +9,7 @@
 #include "gpu/mapped_pool.h"
 #include "radix/radix_tree.h"
 #include "radix/status_macros.h"
+#include "radixkv/namespace_spec.h"
 
 namespace radixkv::worker {
 namespace {
@@ -98,7 +99,7 @@ class LocalPrefixCache final : public PrefixCache {
   LocalPrefixCache(const NamespaceSpec& ns, uint32_t capacity_pages,
                    std::shared_ptr<uint8_t> device_pool)
       : ns_(ns),
-        page_bytes_(ns.PageBytes()),
+        page_bytes_(NamespacePageBytes(ns)),
         capacity_pages_(capacity_pages),
         pool_(device_pool ? 0 : page_bytes_ * capacity_pages),
         device_pool_(std::move(device_pool)) {}
@@ -167,6 +168,9 @@ class DaemonLease final : public CacheLease {
     return usable_ ? lease_.page_address(i) : nullptr;
   }
   bool device_pages() const override { return usable_ && device_; }
+  absl::Status ConfirmRead() const override {
+    return usable_ ? lease_.ConfirmRead() : absl::OkStatus();
+  }
   absl::Status Commit(uint32_t blocks, bool release) override {
     if (!usable_ || !lease_.held()) {
       if (blocks == 0) return absl::OkStatus();
@@ -192,7 +196,9 @@ class DaemonLease final : public CacheLease {
 class DaemonPrefixCache final : public PrefixCache {
  public:
   DaemonPrefixCache(Client* client, bool accept_device_pages)
-      : client_(client), accept_device_pages_(accept_device_pages) {}
+      : client_(client),
+        accept_device_pages_(accept_device_pages),
+        page_bytes_(NamespacePageBytes(client->options().ns)) {}
 
   absl::StatusOr<std::unique_ptr<CacheLease>> Acquire(
       absl::Span<const uint32_t> tokens, bool allocate) override {
@@ -200,10 +206,11 @@ class DaemonPrefixCache final : public PrefixCache {
     options.allocate = allocate;
     ASSIGN_OR_RETURN(Lease lease, client_->Acquire(tokens, options));
     const std::shared_ptr<gpu::MappedPool> pool = client_->pool();
-    const bool host_pool =
-        pool != nullptr && pool->backend() == gpu::Backend::kHost;
-    const bool cuda_pool =
-        pool != nullptr && pool->backend() == gpu::Backend::kCuda;
+    // A pool whose pages are not this namespace's page size (a daemon that
+    // sizes pages without the fp8/int8 scale area) cannot hold its pages.
+    const bool sized = pool != nullptr && pool->page_bytes() == page_bytes_;
+    const bool host_pool = sized && pool->backend() == gpu::Backend::kHost;
+    const bool cuda_pool = sized && pool->backend() == gpu::Backend::kCuda;
     return std::unique_ptr<CacheLease>(new DaemonLease(
         std::move(lease), host_pool || (cuda_pool && accept_device_pages_),
         cuda_pool));
@@ -215,6 +222,7 @@ class DaemonPrefixCache final : public PrefixCache {
  private:
   Client* client_;
   const bool accept_device_pages_;
+  const uint64_t page_bytes_;  // NamespacePageBytes of the client's namespace
 };
 
 }  // namespace
@@ -225,7 +233,7 @@ std::unique_ptr<PrefixCache> NewNoPrefixCache() {
 
 absl::StatusOr<std::unique_ptr<PrefixCache>> NewLocalPrefixCache(
     const NamespaceSpec& ns, uint32_t capacity_pages, bool device_pages) {
-  if (ns.PageBytes() == 0) {
+  if (NamespacePageBytes(ns) == 0) {
     return absl::InvalidArgumentError(
         "namespace layout incomplete: page bytes would be 0");
   }
@@ -235,7 +243,7 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> NewLocalPrefixCache(
   std::shared_ptr<uint8_t> device_pool;
   if (device_pages) {
     ASSIGN_OR_RETURN(device_pool, CudaModel::AllocateDeviceBytes(
-                                      ns.PageBytes() * capacity_pages));
+                                      NamespacePageBytes(ns) * capacity_pages));
   }
   auto cache = std::make_unique<LocalPrefixCache>(ns, capacity_pages,
                                                   std::move(device_pool));

@@ -57,6 +57,10 @@ class CacheLease {
   virtual void* page_address(size_t i) const = 0;
   // True when page_address() returns device pointers (a mapped cuda pool).
   virtual bool device_pages() const { return false; }
+  // After reads of the matched pages have finished: OK when the lease still
+  // held them throughout, so what was read is the cached K/V; otherwise
+  // (expired, session lost) the reads must be discarded: a miss.
+  virtual absl::Status ConfirmRead() const { return absl::OkStatus(); }
   // Commits the next `blocks` new pages (their K/V written) in block order;
   // with release, also ends the lease. FAILED_PRECONDITION when `blocks`
   // exceeds the uncommitted new pages or the lease is not held.
@@ -89,7 +93,7 @@ class PrefixCache {
 std::unique_ptr<PrefixCache> NewNoPrefixCache();
 
 // In-process cache of `capacity_pages` pages for namespace `ns` (page bytes
-// from ns.PageBytes()). Thread-safe (the tree locks internally; page memory
+// from NamespacePageBytes(ns), the fp8/int8 scale area included). Thread-safe (the tree locks internally; page memory
 // is handed out under the lease protocol). INVALID_ARGUMENT for an
 // incomplete layout or zero capacity. With `device_pages` the pages are
 // device memory (leases report device_pages(); for a Model on CUDA);
@@ -102,7 +106,8 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> NewLocalPrefixCache(
 // and must outlive the cache and its leases. Leases whose pages are not
 // mapped in this process (no pool) are turned into misses; so are leases on
 // a cuda pool unless `accept_device_pages` (the model runs on CUDA and can
-// read and write device pages).
+// read and write device pages), and leases on a pool whose page_bytes is
+// not NamespacePageBytes of the client's namespace.
 std::unique_ptr<PrefixCache> NewDaemonPrefixCache(
     Client* client, bool accept_device_pages = false);
 

@@ -6,6 +6,8 @@
 //   radixkv-worker bench [--model small] [--prefix-tokens P]
 //                        [--suffix-tokens S] [--repeat R] [--json]
 //   run, bench: [--device auto|cpu|cuda]
+//   run, bench, export-weights:
+//               [--kv-dtype fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8]
 //   radixkv-worker export-weights [--model tiny] --out FILE [model overrides]
 //
 // `run` serves each prompt through radixkvd (skipping its cached prefix) and
@@ -133,6 +135,7 @@ struct ModelFlags {
   };
   std::string model;
   std::string device = "auto";
+  std::string kv_dtype = "fp32";
   bool tied = false;
   uint32_t seed = 0;
   CLI::Option* seed_option = nullptr;
@@ -150,8 +153,17 @@ void AddModelFlags(CLI::App* cmd, const std::string& default_model,
       ->group("Model");
   cmd->add_option("--device", f->device,
                   "where forward passes run (auto: cuda when a device\n"
-                  "and cuBLAS are present, else cpu)")
+                  "is present, else cpu; cuda GEMMs use cuBLAS when it\n"
+                  "loads, a built-in kernel otherwise)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str()
+      ->group("Model");
+  cmd->add_option("--kv-dtype", f->kv_dtype,
+                  "encoding of cached K/V pages (part of the namespace:\n"
+                  "pages of one dtype never serve another); fp8 and int8\n"
+                  "pages carry per-block, per-head scales")
+      ->check(CLI::IsMember(
+          {"fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8"}))
       ->capture_default_str()
       ->group("Model");
   f->overrides = {
@@ -183,6 +195,7 @@ absl::StatusOr<ModelConfig> ModelFromFlags(const ModelFlags& f) {
   }
   if (f.seed_option->count() > 0) c.seed = f.seed;
   if (f.tied) c.tied_embeddings = true;
+  ASSIGN_OR_RETURN(c.kv_dtype, ParseKvDType(f.kv_dtype));
   RETURN_IF_ERROR(c.Validate());
   return c;
 }
@@ -250,6 +263,9 @@ struct BenchFlags {
   uint32_t prefix_tokens = 1856;
   uint32_t suffix_tokens = 192;
   uint32_t repeat = 5;
+  uint32_t eval_prompts = 0;
+  uint32_t eval_tokens = 512;
+  uint32_t eval_decode = 16;
   bool json = false;
 };
 
@@ -257,12 +273,23 @@ constexpr char kBenchFooter[] =
     "Times one random prompt of P + S tokens uncached and with its first P\n"
     "tokens cached (in-process cache, in device memory on cuda), best of R\n"
     "runs each, and prints one JSON object.\n"
-    "Keys: model, device, prefix_tokens, suffix_tokens, matched_tokens,\n"
-    "ttft_uncached_s, ttft_cached_s, speedup, ideal_speedup,\n"
-    "fraction_of_ideal, max_abs_logit_diff, threads, repeat, parameters.\n\n"
+    "Keys: model, device, kv_dtype, gemm, prefix_tokens, suffix_tokens,\n"
+    "matched_tokens, ttft_uncached_s, ttft_cached_s, speedup, ideal_speedup,\n"
+    "fraction_of_ideal, max_abs_logit_diff, page_bytes, bytes_per_token,\n"
+    "pages_per_gib, threads, repeat, parameters. The uncached run is all\n"
+    "fp32; the cached run reads the prefix from --kv-dtype pages, so\n"
+    "max_abs_logit_diff is that dtype's error.\n"
+    "With --eval-prompts N: N fixed prompts of --eval-tokens tokens, 90 %\n"
+    "cached (whole blocks), each decoded greedily for --eval-decode tokens\n"
+    "from --kv-dtype pages and compared with an all-fp32 run; adds\n"
+    "eval_prompts, eval_tokens, eval_decode, eval_max_abs_logit_err,\n"
+    "eval_mean_abs_logit_err (first-token logits) and greedy_agreement\n"
+    "(fraction of generated tokens equal to the fp32 run's).\n\n"
     "Example:\n"
     "  radixkv-worker bench --device cpu --model small --prefix-tokens 1856 "
-    "--suffix-tokens 192";
+    "--suffix-tokens 192\n"
+    "  radixkv-worker bench --model small --kv-dtype fp8_e4m3 "
+    "--eval-prompts 16";
 
 CLI::App* AddBenchCommand(CLI::App& app, BenchFlags* f) {
   CLI::App* cmd = app.add_subcommand("bench", "Time to first token uncached "
@@ -273,6 +300,12 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchFlags* f) {
   AddUint(cmd, "--suffix-tokens", &f->suffix_tokens,
           "uncached prompt tokens (S, >= 1)");
   AddUint(cmd, "--repeat", &f->repeat, "best of R timed runs each (>= 1)");
+  AddUint(cmd, "--eval-prompts", &f->eval_prompts,
+          "accuracy vs fp32 over N fixed prompts (0: skip)");
+  AddUint(cmd, "--eval-tokens", &f->eval_tokens,
+          "tokens per evaluation prompt (>= 2)");
+  AddUint(cmd, "--eval-decode", &f->eval_decode,
+          "greedy tokens per evaluation prompt (>= 1)");
   cmd->add_flag("--json", f->json, "accepted; the output is JSON either way");
   AddModelFlags(cmd, "small", &f->model);
   return cmd;
@@ -463,10 +496,58 @@ struct BenchResult {
   double ttft_uncached_s = INFINITY;  // best of the runs
   double ttft_cached_s = INFINITY;
   double max_abs_logit_diff = 0;  // cached vs uncached, first token's logits
+  // --eval-prompts: kv-dtype pages vs all fp32.
+  double eval_max_abs = 0, eval_mean_abs = 0, greedy_agreement = 0;
 };
 
+// Runs the --eval-prompts set: per prompt, an all-fp32 run (no cache) and a
+// run whose first 90 % (whole blocks) come from a fresh in-process cache of
+// the model's kv dtype; accumulates the first-token logit errors and the
+// greedy agreement into *r.
+absl::Status EvalQuality(const BenchFlags& f, const Model& model,
+                         BenchResult* r) {
+  const ModelConfig& c = model.config();
+  const uint32_t n = f.eval_tokens;
+  const uint32_t ps = c.page_size;
+  const uint32_t cached_tokens = n * 9 / 10 / ps * ps;
+  std::unique_ptr<PrefixCache> none = NewNoPrefixCache();
+  std::mt19937 rng(20240601);
+  double sum_abs = 0;
+  uint64_t logits = 0, agree = 0, generated = 0;
+  for (uint32_t i = 0; i < f.eval_prompts; ++i) {
+    std::vector<uint32_t> prompt(n);
+    for (uint32_t& t : prompt) t = rng() % c.vocab;
+    ASSIGN_OR_RETURN(std::unique_ptr<PrefixCache> cache,
+                     NewLocalPrefixCache(c.Namespace(), (n + ps - 1) / ps + 2,
+                                         model.on_cuda()));
+    Engine fp32(&model, none.get());
+    Engine quant(&model, cache.get());
+    RunOptions opts;
+    opts.decode_tokens = f.eval_decode;
+    if (cached_tokens > 0) {
+      RETURN_IF_ERROR(quant.Run(absl::MakeConstSpan(prompt).subspan(0, cached_tokens),
+                                RunOptions()).status());
+    }
+    ASSIGN_OR_RETURN(RunResult ref, fp32.Run(prompt, opts));
+    ASSIGN_OR_RETURN(RunResult got, quant.Run(prompt, opts));
+    for (size_t j = 0; j < ref.first_logits.size(); ++j) {
+      const double d = std::fabs(double(ref.first_logits[j]) - got.first_logits[j]);
+      r->eval_max_abs = std::max(r->eval_max_abs, d);
+      sum_abs += d;
+      ++logits;
+    }
+    for (size_t j = 0; j < ref.generated.size(); ++j) {
+      agree += ref.generated[j] == got.generated[j];
+      ++generated;
+    }
+  }
+  r->eval_mean_abs = logits > 0 ? sum_abs / double(logits) : 0;
+  r->greedy_agreement = generated > 0 ? double(agree) / double(generated) : 0;
+  return absl::OkStatus();
+}
+
 void PrintBenchResult(const BenchFlags& f, const ModelConfig& config,
-                      bool on_cuda, const BenchResult& r) {
+                      bool on_cuda, const char* gemm, const BenchResult& r) {
   const uint32_t n = f.prefix_tokens + f.suffix_tokens;
   const double ideal =
       ForwardFlops(config, 0, n) /
@@ -475,6 +556,8 @@ void PrintBenchResult(const BenchFlags& f, const ModelConfig& config,
   nlohmann::ordered_json j;
   j["model"] = config.name;
   j["device"] = on_cuda ? "cuda" : "cpu";
+  j["kv_dtype"] = KvDTypeName(config.kv_dtype);
+  j["gemm"] = gemm;
   j["prefix_tokens"] = f.prefix_tokens;
   j["suffix_tokens"] = f.suffix_tokens;
   j["matched_tokens"] = r.matched_tokens;
@@ -484,6 +567,18 @@ void PrintBenchResult(const BenchFlags& f, const ModelConfig& config,
   j["ideal_speedup"] = Rounded(ideal, 3);
   j["fraction_of_ideal"] = Rounded(speedup / ideal, 3);
   j["max_abs_logit_diff"] = r.max_abs_logit_diff;
+  const uint64_t page_bytes = config.Geometry().page_bytes();
+  j["page_bytes"] = page_bytes;
+  j["bytes_per_token"] = Rounded(double(page_bytes) / config.page_size, 3);
+  j["pages_per_gib"] = (uint64_t{1} << 30) / page_bytes;
+  if (f.eval_prompts > 0) {
+    j["eval_prompts"] = f.eval_prompts;
+    j["eval_tokens"] = f.eval_tokens;
+    j["eval_decode"] = f.eval_decode;
+    j["eval_max_abs_logit_err"] = r.eval_max_abs;
+    j["eval_mean_abs_logit_err"] = r.eval_mean_abs;
+    j["greedy_agreement"] = Rounded(r.greedy_agreement, 4);
+  }
   j["threads"] = gpu::KernelThreads();
   j["repeat"] = f.repeat;
   j["parameters"] = config.ParameterCount();
@@ -499,6 +594,11 @@ int BenchCommand(const BenchFlags& f) {
   const uint32_t s = f.suffix_tokens;
   if (s == 0) return Fail(absl::InvalidArgumentError("--suffix-tokens must be >= 1"));
   if (f.repeat == 0) return Fail(absl::InvalidArgumentError("--repeat must be >= 1"));
+  if (f.eval_prompts > 0 && (f.eval_tokens < 2 || f.eval_tokens > (1u << 16) ||
+                             f.eval_decode == 0)) {
+    return Fail(absl::InvalidArgumentError(
+        "--eval-tokens must be in 2..65536 and --eval-decode >= 1"));
+  }
   if (uint64_t{p} + s > (1u << 20)) {
     return Fail(absl::InvalidArgumentError("prefix + suffix tokens must be <= 1048576"));
   }
@@ -542,7 +642,11 @@ int BenchCommand(const BenchFlags& f) {
           std::fabs(u->first_logits[j] - c->first_logits[j]));
     }
   }
-  PrintBenchResult(f, *config, (*model)->on_cuda(), result);
+  if (f.eval_prompts > 0) {
+    if (absl::Status st = EvalQuality(f, **model, &result); !st.ok()) return Fail(st);
+  }
+  PrintBenchResult(f, *config, (*model)->on_cuda(), (*model)->gemm_backend(),
+                   result);
   return 0;
 }
 

@@ -39,4 +39,26 @@ NamespaceSpec NamespaceFromProto(const v1::Namespace& ns) {
   return spec;
 }
 
+PageGeometry NamespaceGeometry(const NamespaceSpec& spec) {
+  static_assert(static_cast<uint32_t>(KvDType::kFloat32) ==
+                        static_cast<uint32_t>(DType::kFloat32) &&
+                    static_cast<uint32_t>(KvDType::kInt8) ==
+                        static_cast<uint32_t>(DType::kInt8),
+                "KvDType mirrors DType");
+  const auto dtype = static_cast<KvDType>(spec.dtype);
+  return MakePageGeometry(spec.num_layers, spec.num_kv_heads, spec.page_size,
+                          spec.head_dim,
+                          KvDTypeBytes(dtype) == 0 ? KvDType::kOpaque : dtype);
+}
+
+uint64_t NamespacePageBytes(const NamespaceSpec& spec) {
+  const PageGeometry g = NamespaceGeometry(spec);
+  return g.valid() && g.dtype != KvDType::kOpaque ? g.page_bytes() : 0;
+}
+
+uint64_t NamespaceScaleBytes(const NamespaceSpec& spec) {
+  const PageGeometry g = NamespaceGeometry(spec);
+  return g.valid() && g.scaled() ? g.page_bytes() - g.elems_bytes() : 0;
+}
+
 }  // namespace radixkv

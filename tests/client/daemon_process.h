@@ -100,13 +100,13 @@ class DaemonProcess {
                      absl::FormatDuration(timeout), "; see ", log));
   }
 
-  // Sends `sig` and, for terminating signals, reaps the process.
+  // Sends `sig` and, for terminating signals, reaps the process. A stopped
+  // daemon is continued first, except for SIGKILL, which ends it where it
+  // stopped (no request in flight is answered).
   void Kill(int sig) {
     if (pid_ <= 0) return;
-    if (stopped_) {
-      ::kill(pid_, SIGCONT);
-      stopped_ = false;
-    }
+    if (stopped_ && sig != SIGKILL) ::kill(pid_, SIGCONT);
+    stopped_ = false;
     ::kill(pid_, sig);
     int status = 0;
     waitpid(pid_, &status, 0);

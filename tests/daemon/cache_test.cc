@@ -19,6 +19,7 @@ namespace radixkv::testing {
 namespace {
 
 using daemon::Cache;
+using daemon::Caller;
 using daemon::CacheOptions;
 
 class CacheTest : public ::testing::Test {
@@ -41,7 +42,7 @@ class CacheTest : public ::testing::Test {
     v1::OpenSession open;
     *open.mutable_namespace_() = ns;
     v1::SessionInfo info;
-    absl::Status s = cache_->OpenSession(open, "test", &info);
+    absl::Status s = cache_->OpenSession(open, Caller::Local(), &info);
     EXPECT_TRUE(s.ok()) << s;
     return info.session_id();
   }
@@ -134,7 +135,7 @@ TEST_F(CacheTest, BadInputTable) {
       *o.mutable_namespace_() = TestNamespace();
       fill(&o);
       v1::SessionInfo info;
-      return t->cache_->OpenSession(o, "test", &info);
+      return t->cache_->OpenSession(o, Caller::Local(), &info);
     };
   };
   auto tokens8 = [](v1::AcquireRequest* r) { SetTokens(r, Tokens(8, 1)); };
@@ -358,7 +359,7 @@ TEST_F(CacheTest, SessionsAreBounded) {
   v1::OpenSession open;
   *open.mutable_namespace_() = TestNamespace();
   v1::SessionInfo info;
-  absl::Status s = cache_->OpenSession(open, "test", &info);
+  absl::Status s = cache_->OpenSession(open, Caller::Local(), &info);
   EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
   EXPECT_NE(s.message().find("--max_sessions=2"), std::string::npos) << s;
   EXPECT_EQ(ErrorReasonOf(s), v1::ERROR_REASON_LIMIT);
@@ -372,22 +373,28 @@ TEST_F(CacheTest, ExpiredLeasesEndAndCarriedOnesAreNamed) {
   ASSERT_TRUE(l1.ok() && l2.ok());
   EXPECT_GT(l1->lease_expires_unix_ms(), 0);
   absl::SleepFor(absl::Milliseconds(40));
-  // A carried lease that expired: the client's cue to retry without it.
+  // A carried lease that expired is ended: its owner names it, so it is
+  // done with it (for a fenced pool, this acknowledges the expiry).
   absl::StatusOr<v1::AcquireResponse> r = Acquire(a, Tokens(8, 3), {l1->lease_id()});
-  EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
-  EXPECT_EQ(ErrorFieldOf(r.status()), "release_leases");
-  EXPECT_EQ(ErrorReasonOf(r.status()), v1::ERROR_REASON_LEASE_NOT_FOUND);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // A lease of another session, or one already ended, is still named.
+  absl::StatusOr<v1::AcquireResponse> gone =
+      Acquire(a, Tokens(8, 4), {l1->lease_id()});
+  EXPECT_TRUE(absl::IsNotFound(gone.status())) << gone.status();
+  EXPECT_EQ(ErrorFieldOf(gone.status()), "release_leases");
+  EXPECT_EQ(ErrorReasonOf(gone.status()), v1::ERROR_REASON_LEASE_NOT_FOUND);
   // A Commit on an expired lease ends it and says so.
   absl::Status s = Commit(a, l2->lease_id(), 2, true);
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_NE(s.message().find("expired"), std::string::npos) << s;
-  EXPECT_EQ(cache_->lease_expired_total(), 1u);
-  EXPECT_EQ(cache_->SweepExpiredLeases(), 1u);  // l1
-  EXPECT_EQ(cache_->lease_expired_total(), 2u);
+  EXPECT_EQ(cache_->lease_expired_total(), 2u);  // l1 and l2
+  absl::SleepFor(absl::Milliseconds(40));
+  EXPECT_EQ(cache_->SweepExpiredLeases(), 1u);  // r's
+  EXPECT_EQ(cache_->lease_expired_total(), 3u);
   const v1::Stats st = Stats();
   EXPECT_EQ(st.leases(), 0u);
   EXPECT_EQ(st.writing_pages(), 0u);
-  EXPECT_EQ(st.lease_expired(), 2u);
+  EXPECT_EQ(st.lease_expired(), 3u);
 }
 
 // A first client with a tiny layout cannot fix the pool's page size to one
@@ -404,7 +411,7 @@ TEST_F(CacheTest, TinyFirstLayoutIsRefusedNotAllocated) {
   v1::OpenSession open;
   *open.mutable_namespace_() = tiny;
   v1::SessionInfo info;
-  absl::Status s = cache_->OpenSession(open, "test", &info);
+  absl::Status s = cache_->OpenSession(open, Caller::Local(), &info);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("--max_pool_pages=1048576"), std::string::npos)
       << s;
@@ -423,7 +430,7 @@ TEST_F(CacheTest, OperatorPageBytesDecidesTheLayout) {
   v1::OpenSession open;
   *open.mutable_namespace_() = TestNamespace();  // 128-byte pages
   v1::SessionInfo info;
-  absl::Status s = cache_->OpenSession(open, "test", &info);
+  absl::Status s = cache_->OpenSession(open, Caller::Local(), &info);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("page_bytes 256"), std::string::npos) << s;
   EXPECT_EQ(Stats().capacity_pages(), 0u);
@@ -442,7 +449,7 @@ TEST_F(CacheTest, AbandonedLeaseIsEndedAndCounted) {
   req.set_allocate(true);
   v1::AcquireResponse resp;
   daemon::LeaseHandle handle;
-  ASSERT_TRUE(cache_->Acquire(req, &resp, &handle).ok());
+  ASSERT_TRUE(cache_->Acquire(req, &resp, Caller::Local(), &handle).ok());
   EXPECT_EQ(handle.lease, resp.lease_id());
   // Another owner's handle for the same id ends nothing.
   cache_->AbandonLease({handle.lease, handle.owner + 1});

@@ -18,6 +18,9 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "radixkv/errors.h"
 #include "src/proto/grpc/reflection/v1alpha/reflection.grpc.pb.h"
@@ -277,9 +280,10 @@ TEST_F(ServerTest, AdminActionsAndRefusalsAreAudited) {
   SessionStream refused(kv_.get(), other);
   EXPECT_FALSE(refused.ok());
   const std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(log.find("audit: Evict from unix:"), std::string::npos) << log;
+  // The peer as the kernel reported it for the Unix connection.
+  EXPECT_NE(log.find("audit: Evict from uid="), std::string::npos) << log;
   EXPECT_NE(log.find("asked 1 pages, evicted 1"), std::string::npos) << log;
-  EXPECT_NE(log.find("audit: Clear from unix:"), std::string::npos) << log;
+  EXPECT_NE(log.find("audit: Clear from uid="), std::string::npos) << log;
   EXPECT_NE(log.find("removed 3 blocks"), std::string::npos) << log;
   EXPECT_NE(log.find("audit: session open refused for"), std::string::npos)
       << log;
@@ -385,8 +389,157 @@ TEST_F(ServerTest, AcquireThatFailsAfterMakingALeaseEndsIt) {
   EXPECT_EQ(Stats().cached_pages(), 8u);
 }
 
+// Raw bytes for a gRPC body.
+grpc::ByteBuffer Bytes(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+grpc::ByteBuffer Serialized(const google::protobuf::MessageLite& msg) {
+  return Bytes(msg.SerializeAsString());
+}
+
+// Calls unary `method` with `body` as its request, bypassing the stubs'
+// serialization.
+grpc::Status RawUnaryCall(const std::shared_ptr<grpc::Channel>& channel,
+                          const std::string& method,
+                          const grpc::ByteBuffer& body) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  grpc::ByteBuffer reply;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &body, &reply,
+                 [&](grpc::Status s) { done.set_value(s); });
+  return done.get_future().get();
+}
+
+// An unreadable request body is INVALID_ARGUMENT naming the message type and
+// the body's size, with an ErrorDetail on field "request".
+void ExpectUnreadable(const grpc::Status& grpc_status, const std::string& type,
+                      size_t bytes, const std::string& what) {
+  const absl::Status s = FromGrpcStatus(grpc_status);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what << ": " << s;
+  EXPECT_EQ(s.message(), absl::StrCat("request body (", bytes,
+                                      " bytes) is not a valid radixkv.v1.",
+                                      type))
+      << what;
+  EXPECT_EQ(ErrorFieldOf(s), "request") << what;
+  EXPECT_EQ(ErrorReasonOf(s), v1::ERROR_REASON_INVALID) << what;
+}
+
+// A request body that is not a valid serialized message, to any method
+// (unary, each Session message, WatchEvents' request), is answered
+// INVALID_ARGUMENT with its detail, counted in the metrics, and changes
+// nothing.
+TEST_F(ServerTest, UnreadableRequestBodiesAreInvalidArgument) {
+  StartServer([](daemon::ServerOptions& o) { o.metrics_listen = "127.0.0.1:0"; });
+  SessionStream session(kv_.get(), TestNamespace());
+  ASSERT_TRUE(session.ok());
+  Insert(session.id(), Tokens(16, 90));
+  v1::Stats before = Stats();
+  before.clear_uptime_seconds();
+  const grpc::ByteBuffer garbage = Bytes("\xff\xff\xff");
+
+  const std::vector<std::pair<std::string, std::string>> unary = {
+      {"KvCache/Acquire", "AcquireRequest"},
+      {"KvCache/Commit", "CommitRequest"},
+      {"KvCache/Release", "ReleaseRequest"},
+      {"KvCache/Match", "MatchRequest"},
+      {"Admin/GetStats", "GetStatsRequest"},
+      {"Admin/ListNamespaces", "ListNamespacesRequest"},
+      {"Admin/DumpTree", "DumpTreeRequest"},
+      {"Admin/Explain", "ExplainRequest"},
+      {"Admin/Evict", "EvictRequest"},
+      {"Admin/Clear", "ClearRequest"},
+      {"Admin/ListSessions", "ListSessionsRequest"},
+  };
+  for (const auto& [method, type] : unary) {
+    ExpectUnreadable(
+        RawUnaryCall(channel_, absl::StrCat("/radixkv.v1.", method), garbage),
+        type, 3, method);
+  }
+
+  // WatchEvents: its one request.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    const grpc::internal::RpcMethod method(
+        "/radixkv.v1.Admin/WatchEvents",
+        grpc::internal::RpcMethod::SERVER_STREAMING);
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            channel_.get(), method, &ctx, garbage));
+    grpc::ByteBuffer event;
+    EXPECT_FALSE(reader->Read(&event));
+    ExpectUnreadable(reader->Finish(), "WatchEventsRequest", 3, "WatchEvents");
+  }
+
+  // Session: an unreadable first message, and one after a good `open` (the
+  // stream ends and its session closes).
+  const grpc::internal::RpcMethod session_method(
+      "/radixkv.v1.KvCache/Session", grpc::internal::RpcMethod::BIDI_STREAMING);
+  for (const bool opened_first : {false, true}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
+        stream(grpc::internal::ClientReaderWriterFactory<
+               grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel_.get(),
+                                                           session_method, &ctx));
+    grpc::ByteBuffer reply;
+    if (opened_first) {
+      v1::SessionRequest open;
+      *open.mutable_open()->mutable_namespace_() = TestNamespace();
+      open.mutable_open()->set_client_name("raw");
+      ASSERT_TRUE(stream->Write(Serialized(open)));
+      ASSERT_TRUE(stream->Read(&reply));
+      v1::SessionResponse info;
+      ASSERT_TRUE(grpc::SerializationTraits<v1::SessionResponse>::Deserialize(
+                      &reply, &info)
+                      .ok());
+      ASSERT_TRUE(info.has_session());
+      EXPECT_EQ(Stats().sessions(), 2u);
+    }
+    EXPECT_TRUE(stream->Write(Bytes("\xff\xff\xff\xff\xff")));
+    while (stream->Read(&reply)) {
+    }
+    ExpectUnreadable(stream->Finish(), "SessionRequest", 5,
+                     opened_first ? "Session, second message"
+                                  : "Session, first message");
+  }
+  ASSERT_TRUE(WaitFor([&] { return Stats().sessions() == 1; }));
+
+  v1::Stats after = Stats();
+  after.clear_uptime_seconds();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(before, after))
+      << "stats changed:\n" << before.DebugString() << "\nvs\n"
+      << after.DebugString();
+
+  const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  ASSERT_FALSE(text.empty()) << "curl failed against " << server_->metrics_url();
+  for (const auto& [method, type] : unary) {
+    const std::string want = absl::StrCat(
+        "radixkv_requests_total{code=\"INVALID_ARGUMENT\",method=\"",
+        method.substr(method.find('/') + 1), "\"} 1\n");
+    EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want;
+  }
+  for (const char* want :
+       {"radixkv_requests_total{code=\"INVALID_ARGUMENT\",method=\"WatchEvents\"} 1\n",
+        "radixkv_requests_total{code=\"INVALID_ARGUMENT\",method=\"Session\"} 2\n"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want;
+  }
+
+  // The daemon serves well-formed requests as before.
+  EXPECT_TRUE(session.Heartbeat(7));
+  EXPECT_EQ(MatchBlocks(TestNamespace(), Tokens(16, 90)), 4);
+}
+
 TEST_F(ServerTest, ConcurrentSessionsKeepInvariants) {
-  StartServer([](daemon::ServerOptions& o) { o.pool = "none,pages=48"; });
+  StartServer([](daemon::ServerOptions& o) {
+    o.pool = "none,pages=48";
+    // Leases of one session pin shared prefixes many times over.
+    o.cache.sessions.max_pinned_pages_per_session = 1 << 20;
+  });
   constexpr int kThreads = 16;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   std::atomic<int> failures{0}, ops{0};

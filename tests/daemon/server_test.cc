@@ -406,7 +406,11 @@ TEST_F(ServerTest, DedupeBetweenTwoSessions) {
 }
 
 TEST_F(ServerTest, EvictionUnderPressure) {
-  StartServer([](daemon::ServerOptions& o) { o.pool = "none,pages=8"; });
+  StartServer([](daemon::ServerOptions& o) {
+    o.pool = "none,pages=8";
+    // This session may pin the whole pool (the default is half of it).
+    o.cache.sessions.max_pinned_pages_per_session = 1 << 20;
+  });
   const v1::Namespace ns = TestNamespace();
   SessionStream session(kv_.get(), ns);
   ASSERT_TRUE(session.ok());

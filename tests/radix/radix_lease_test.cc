@@ -1,5 +1,6 @@
 // Tests of RadixTree's lease records (radix/radix_tree.h): who may end a
-// lease, expiry, ending by owner, the per-owner limit, and the factory.
+// lease, expiry, ending by owner, fencing, the per-owner limits, and the
+// factory.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -104,14 +105,15 @@ TEST_F(RadixLeaseTest, ExpiredLeasesEndAndReadAsNotFound) {
   EXPECT_NE(late.status().message().find("expired"), std::string::npos);
   EXPECT_EQ(tree_.GetStats().leases_expired, 2u);
   EXPECT_EQ(tree_.owner_leases(kBob), 1u);
-  // An expired lease cannot be carried into an Acquire either.
+  // An expired lease carried into an Acquire by its owner is ended there:
+  // naming it tells the tree the owner is done with it.
   const LeaseId e = Take({11, 12}, kBob, absl::Now());
   const LeaseId ends[] = {e};
-  EXPECT_TRUE(absl::IsNotFound(
-      tree_.Acquire({.ns = ns_, .tokens = {1, 2}, .owner = kBob,
-                     .end_leases = ends})
-          .status()));
-  EXPECT_EQ(tree_.ReleaseExpired(now + absl::Hours(3)), 2u);  // b and e
+  absl::StatusOr<AcquireResult> carried = tree_.Acquire(
+      {.ns = ns_, .tokens = {1, 2}, .owner = kBob, .end_leases = ends});
+  ASSERT_TRUE(carried.ok()) << carried.status();
+  EXPECT_EQ(tree_.owner_leases(kBob), 1u);  // c
+  EXPECT_EQ(tree_.ReleaseExpired(now + absl::Hours(3)), 1u);  // b
   EXPECT_TRUE(tree_.Release(c, kBob).ok());
   EXPECT_EQ(tree_.GetStats().free_pages, kCapacity);
 }
@@ -168,6 +170,129 @@ TEST(RadixTreeCreateTest, BadOptionsAreErrorsNotExceptions) {
   t = RadixTree::Create({.capacity_pages = 4});
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ((*t)->GetStats().free_pages, 4u);
+}
+
+
+// A tree that fences: expired leases and leases of owners that went away
+// keep their pages until the owner is gone for good or acknowledges.
+class RadixFenceTest : public RadixLeaseTest {
+ protected:
+  RadixFenceTest() {
+    fenced_owner_ = RadixTree::Create({.capacity_pages = kCapacity,
+                                       .fence_unended_leases = true})
+                        .value();
+    ns_f_ = fenced_owner_->RegisterNamespace({.model = "m", .page_size = 2})
+                .value();
+  }
+  ~RadixFenceTest() override {
+    EXPECT_TRUE(fenced_owner_->CheckInvariants().ok())
+        << fenced_owner_->CheckInvariants();
+  }
+  absl::StatusOr<AcquireResult> Fill(const Tokens& t, OwnerId owner,
+                                     absl::Time expires) {
+    return fenced_owner_->Acquire({.ns = ns_f_,
+                                   .tokens = t,
+                                   .allocate = true,
+                                   .owner = owner,
+                                   .expires = expires});
+  }
+  std::unique_ptr<RadixTree> fenced_owner_;
+  NamespaceId ns_f_ = 0;
+};
+
+TEST_F(RadixFenceTest, ExpiredWritersPagesAreNeverReallocated) {
+  RadixTree& t = *fenced_owner_;
+  const absl::Time now = absl::Now();
+  // Alice takes every page and stalls past her expiry.
+  absl::StatusOr<AcquireResult> a =
+      Fill({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, kAlice,
+           now + absl::Seconds(1));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->new_blocks, kCapacity);
+  EXPECT_EQ(t.ReleaseExpired(now + absl::Seconds(2)), 1u);
+  EXPECT_EQ(t.GetStats().fenced_leases, 1u);
+  EXPECT_EQ(t.GetStats().fenced_pages, kCapacity);
+  EXPECT_EQ(t.GetStats().leases_expired, 1u);
+  // Bob gets none of Alice's pages while she may still write them.
+  absl::StatusOr<AcquireResult> b = Fill({21, 22, 23, 24}, kBob,
+                                         absl::InfiniteFuture());
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->new_blocks, 0u);
+  EXPECT_EQ(t.GetStats().free_pages, 0u);
+  // A second sweep does not count or fence it again.
+  EXPECT_EQ(t.ReleaseExpired(now + absl::Seconds(3)), 0u);
+  // Alice resumes and commits: NOT_FOUND, and that acknowledges the loss.
+  absl::StatusOr<CommitResult> late = t.Commit(a->lease, 8, true, kAlice);
+  EXPECT_TRUE(absl::IsNotFound(late.status())) << late.status();
+  EXPECT_EQ(t.GetStats().fenced_leases, 0u);
+  EXPECT_EQ(t.GetStats().free_pages, kCapacity);
+  EXPECT_EQ(t.GetStats().cached_pages, 0u);  // nothing of hers was cached
+  EXPECT_EQ(t.owner_leases(kAlice), 0u);
+}
+
+TEST_F(RadixFenceTest, OwnerGoneFencesUntilReleaseFenced) {
+  RadixTree& t = *fenced_owner_;
+  ASSERT_TRUE(Fill({1, 2, 3, 4}, kAlice, absl::InfiniteFuture()).ok());
+  absl::StatusOr<AcquireResult> second =
+      Fill({1, 2, 3, 4, 5, 6}, kAlice, absl::InfiniteFuture());
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(t.ReleaseOwner(kAlice, /*fence=*/true), 2u);
+  EXPECT_EQ(t.GetStats().fenced_leases, 2u);
+  EXPECT_EQ(t.ReleaseOwner(kAlice, /*fence=*/true), 0u);  // already fenced
+  EXPECT_EQ(t.GetStats().free_pages, kCapacity - 5);
+  EXPECT_EQ(t.ReleaseFenced(kBob), 0u);
+  EXPECT_EQ(t.ReleaseFenced(kAlice), 5u);
+  EXPECT_EQ(t.GetStats().fenced_pages, 0u);
+  EXPECT_EQ(t.GetStats().free_pages, kCapacity);
+  // Without fence, ReleaseOwner ends at once, as before.
+  ASSERT_TRUE(Fill({1, 2}, kBob, absl::InfiniteFuture()).ok());
+  EXPECT_EQ(t.ReleaseOwner(kBob), 1u);
+  EXPECT_EQ(t.GetStats().free_pages, kCapacity);
+}
+
+TEST_F(RadixFenceTest, FencedLeaseCarriedIntoAcquireIsAcknowledged) {
+  RadixTree& t = *fenced_owner_;
+  const absl::Time now = absl::Now();
+  absl::StatusOr<AcquireResult> a = Fill({1, 2, 3, 4}, kAlice, now);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(t.ReleaseExpired(now + absl::Seconds(1)), 1u);
+  const LeaseId ends[] = {a->lease};
+  absl::StatusOr<AcquireResult> r =
+      t.Acquire({.ns = ns_f_, .tokens = {5, 6}, .owner = kAlice,
+                 .end_leases = ends});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(t.GetStats().fenced_leases, 0u);
+  EXPECT_EQ(t.GetStats().free_pages, kCapacity);
+}
+
+TEST_F(RadixLeaseTest, OwnerPageLimitShortensThenRefuses) {
+  // Cache 3 blocks, then a limit of 4 pages per owner.
+  const LeaseId w = Take({1, 2, 3, 4, 5, 6}, kBob);
+  ASSERT_TRUE(tree_.Commit(w, 3, true, kBob).ok());
+  auto acquire = [&](const Tokens& t) {
+    return tree_.Acquire({.ns = ns_,
+                          .tokens = t,
+                          .allocate = true,
+                          .owner = kAlice,
+                          .max_owner_pages = 4});
+  };
+  absl::StatusOr<AcquireResult> a = acquire({1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->matched_blocks, 3u);
+  EXPECT_EQ(a->new_blocks, 1u);  // 5 blocks wanted, 4 pages allowed
+  EXPECT_EQ(tree_.owner_pages(kAlice), 4u);
+  absl::StatusOr<AcquireResult> b = acquire({1, 2});
+  EXPECT_TRUE(absl::IsResourceExhausted(b.status())) << b.status();
+  EXPECT_NE(b.status().message().find("limit is 4"), std::string::npos);
+  ASSERT_TRUE(tree_.Release(a->lease, kAlice).ok());
+  EXPECT_EQ(tree_.owner_pages(kAlice), 0u);
+  // A matched prefix longer than the limit is cut to it.
+  absl::StatusOr<AcquireResult> c = tree_.Acquire(
+      {.ns = ns_, .tokens = {1, 2, 3, 4, 5, 6}, .owner = kAlice,
+       .max_owner_pages = 2});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->matched_blocks, 2u);
+  ASSERT_TRUE(tree_.Release(c->lease, kAlice).ok());
 }
 
 }  // namespace

@@ -96,6 +96,67 @@ TEST_F(EngineTest, FailedCommitsDegradeToMisses) {
   EXPECT_EQ(Run(cache_.get(), prompt, o).matched_tokens, 0u);  // nothing cached
 }
 
+// A cache whose leases are lost while the worker reads them (the lease
+// expired, the session ended): the pages are overwritten with garbage, as a
+// new owner could, and ConfirmRead reports the loss.
+class LostLeaseCache final : public PrefixCache {
+ public:
+  explicit LostLeaseCache(PrefixCache* inner) : inner_(inner) {}
+  absl::StatusOr<std::unique_ptr<CacheLease>> Acquire(
+      absl::Span<const uint32_t> tokens, bool allocate) override {
+    absl::StatusOr<std::unique_ptr<CacheLease>> lease =
+        inner_->Acquire(tokens, allocate);
+    if (!lease.ok()) return lease.status();
+    return std::unique_ptr<CacheLease>(new Lease(*std::move(lease)));
+  }
+  std::string Describe() const override { return "lost-lease"; }
+
+ private:
+  class Lease final : public CacheLease {
+   public:
+    explicit Lease(std::unique_ptr<CacheLease> inner)
+        : inner_(std::move(inner)) {}
+    uint32_t matched_blocks() const override { return inner_->matched_blocks(); }
+    uint32_t new_blocks() const override { return inner_->new_blocks(); }
+    void* page_address(size_t i) const override {
+      return inner_->page_address(i);
+    }
+    absl::Status ConfirmRead() const override {
+      // Another writer got the pages: what the worker read is not this
+      // prefix's K/V.
+      for (size_t i = 0; i < inner_->matched_blocks(); ++i) {
+        auto* f = static_cast<float*>(inner_->page_address(i));
+        for (int k = 0; k < 64; ++k) f[k] = 1e6f;
+      }
+      return absl::DeadlineExceededError("lease expired");
+    }
+    absl::Status Commit(uint32_t blocks, bool release) override {
+      return inner_->Commit(blocks, release);
+    }
+    absl::Status Release() override { return inner_->Release(); }
+
+   private:
+    std::unique_ptr<CacheLease> inner_;
+  };
+  PrefixCache* inner_;
+};
+
+// Bytes read from pages the worker no longer held are never used: the
+// request is served again without the cache.
+TEST_F(EngineTest, ALeaseLostWhileReadingIsAMiss) {
+  const auto prompt = Prompt(16 * 5 + 7, 4);
+  RunOptions o;
+  o.decode_tokens = 6;
+  const RunResult baseline = Run(none_.get(), prompt, o);
+  ASSERT_EQ(Run(cache_.get(), prompt, o).committed_blocks, 5u);
+  LostLeaseCache lost(cache_.get());
+  const RunResult r = Run(&lost, prompt, o);
+  EXPECT_TRUE(r.cache_degraded);
+  EXPECT_EQ(r.matched_tokens, 0u);
+  EXPECT_EQ(r.generated, baseline.generated);
+  EXPECT_LE(MaxAbsDiff(r.first_logits, baseline.first_logits), 1e-4f);
+}
+
 TEST_F(EngineTest, SecondRequestHitsAndMatchesTheUncachedRun) {
   const auto prompt = Prompt(16 * 5 + 7, 1);
   RunOptions o;

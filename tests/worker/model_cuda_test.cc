@@ -3,8 +3,8 @@
 // model_equivalence_test.cc — prefix 0, one block, a page-edge boundary, a
 // tail inside a page, the fully cached prompt — with GQA ratios 1, 2 and 4,
 // prefix pages in host memory (staged) and in device memory (read in
-// place); decode steps; write_kv into device pages. Every test skips when
-// no CUDA device or no cuBLAS is usable.
+// place); decode steps; write_kv into device pages; every page dtype
+// (--kv-dtype). Every test skips when no CUDA device or no cuBLAS is usable.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "client/worker/cuda_model.h"
@@ -195,6 +196,75 @@ TEST_P(ModelCudaTest, EngineOverADevicePoolMatchesAFullCpuPrefill) {
   EXPECT_LE(MaxAbsDiff(second->first_logits, want->first_logits), kTolerance);
   EXPECT_EQ(second->generated, want->generated);
 }
+
+// Quantised pages on the device: the CUDA write_kv of the model's local
+// K/V gives the pages the CPU write_kv gives from the host mirror (bit for
+// bit: same codes, same scales), and a CUDA engine over a device pool of the
+// dtype stays within the dtype's tolerance of a full fp32 CPU prefill.
+class ModelCudaKvDTypeTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (absl::Status s = CudaModel::Available(); !s.ok()) {
+      GTEST_SKIP() << s.message();
+    }
+    ModelConfig c = *NamedModelConfig("tiny");
+    c.kv_dtype = GetParam();
+    auto cpu = Model::Create(c, Device::kCpu);
+    auto cuda = Model::Create(c, Device::kCuda);
+    ASSERT_TRUE(cpu.ok() && cuda.ok());
+    cpu_ = std::move(*cpu);
+    cuda_ = std::move(*cuda);
+  }
+  std::unique_ptr<Model> cpu_, cuda_;
+};
+
+TEST_P(ModelCudaKvDTypeTest, DeviceWriteKvIsBitExactWithTheCpu) {
+  const ModelConfig& c = cuda_->config();
+  const PageGeometry g = c.Geometry();
+  const auto t = Prompt(3 * c.page_size, 512, 10);
+  LocalKv local(c, t.size());
+  ASSERT_TRUE(cuda_->Forward(PrefixView{}, &local, t).ok());
+  auto dev = gpu::CudaKernelBuffer::Create(3 * g.page_bytes());
+  ASSERT_TRUE(dev.ok());
+  std::vector<void*> pages, host_pages;
+  std::vector<uint8_t> want(3 * g.page_bytes(), 0), got(want.size());
+  for (int i : {1, 2, 0}) {
+    pages.push_back(dev->as<uint8_t>() + i * g.page_bytes());
+    host_pages.push_back(want.data() + i * g.page_bytes());
+  }
+  ASSERT_TRUE(cuda_->WriteKvToDevicePages(local, 0, pages).ok());
+  ASSERT_TRUE(dev->CopyToHost(got.data(), got.size()).ok());
+  ASSERT_TRUE(gpu::WriteKv(g,
+                           gpu::KvSource{local.k(0, 0), local.v(0, 0),
+                                         3 * c.page_size, local.capacity()},
+                           host_pages)
+                  .ok());
+  EXPECT_EQ(got, want) << KvDTypeName(GetParam());
+}
+
+TEST_P(ModelCudaKvDTypeTest, EngineOverADevicePoolStaysWithinTheTolerance) {
+  const ModelConfig& c = cuda_->config();
+  auto device_cache = NewLocalPrefixCache(c.Namespace(), 64, /*device_pages=*/true);
+  ASSERT_TRUE(device_cache.ok()) << device_cache.status();
+  std::unique_ptr<PrefixCache> none = NewNoPrefixCache();
+  const Engine gpu_engine(cuda_.get(), device_cache->get());
+  const Engine cpu_engine(cpu_.get(), none.get());
+  const auto prompt = Prompt(6 * c.page_size + 3, 512, 11);
+  auto want = cpu_engine.Run(prompt, RunOptions());
+  auto first = gpu_engine.Run(prompt, RunOptions());
+  auto second = gpu_engine.Run(prompt, RunOptions());
+  ASSERT_TRUE(want.ok() && first.ok() && second.ok());
+  EXPECT_EQ(second->matched_tokens, 6 * c.page_size);
+  EXPECT_LE(MaxAbsDiff(second->first_logits, want->first_logits),
+            KvDTypeTolerance(GetParam()) + kTolerance)
+      << KvDTypeName(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllDtypes, ModelCudaKvDTypeTest, ::testing::ValuesIn(AllKvDTypes()),
+    [](const ::testing::TestParamInfo<DType>& info) {
+      return std::string(KvDTypeName(info.param));
+    });
 
 INSTANTIATE_TEST_SUITE_P(GqaRatios, ModelCudaTest, ::testing::Values(1u, 2u, 4u),
                          [](const auto& info) {

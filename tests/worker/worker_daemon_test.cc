@@ -1,7 +1,8 @@
 // Two radixkv-worker processes through a live radixkvd: the first fills the
 // cache, the second (another process) hits it and generates exactly the
 // tokens of a run with no cache. Also: with no daemon reachable the worker
-// still answers, with full prefills.
+// still answers, with full prefills; and blocks of one --kv-dtype never
+// serve another.
 //
 // The binaries come from the build (RADIXKVD_PATH, RADIXKV_WORKER_PATH).
 #include <fcntl.h>
@@ -189,6 +190,58 @@ TEST_F(WorkerDaemonTest, WithoutADaemonTheWorkerPrefillsEverything) {
     EXPECT_EQ(r[i].cache, "\"degraded\"");
     EXPECT_EQ(r[i].generated, baseline[i].generated);
   }
+}
+
+// A namespace's page dtype is part of its identity: blocks committed by a
+// worker of one --kv-dtype never serve a worker of another, even when their
+// pages have the same size (fp16 and bf16); a daemon bound to fp16 pages
+// answers an fp8 worker with misses (its namespace cannot bind), and the
+// fp16 blocks keep serving fp16 workers.
+TEST_F(WorkerDaemonTest, HalfPrecisionBlocksServeOnlyTheirOwnDtype) {
+  StartDaemon();
+  const std::string endpoint = "--endpoint=" + socket_;
+  const auto fp16 = Worker({endpoint, "--timeout=20s", "--kv-dtype=fp16"});
+  ASSERT_EQ(fp16.size(), 2u);
+  EXPECT_EQ(fp16[0].cache, "\"daemon\"");
+  EXPECT_EQ(fp16[1].matched, 192u);
+  const auto bf16 = Worker({endpoint, "--timeout=20s", "--kv-dtype=bf16"});
+  ASSERT_EQ(bf16.size(), 2u);
+  EXPECT_EQ(bf16[0].cache, "\"daemon\"");
+  EXPECT_EQ(bf16[0].matched, 0u);    // the fp16 blocks are not bf16's
+  EXPECT_EQ(bf16[1].matched, 192u);  // its own first prompt's blocks
+  const auto fp8 = Worker({endpoint, "--timeout=2s", "--kv-dtype=fp8_e4m3"});
+  ASSERT_EQ(fp8.size(), 2u);
+  EXPECT_EQ(fp8[0].matched, 0u);
+  EXPECT_EQ(fp8[1].matched, 0u);
+  const auto again = Worker({endpoint, "--timeout=20s", "--kv-dtype=fp16"});
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].matched, 288u);
+  EXPECT_EQ(again[1].matched, 240u);
+}
+
+// An fp8 prefix never serves a request of another dtype: not int8 or fp8
+// E5M2 (the same page size, scale area included), not fp16 (another page
+// size); it keeps serving fp8 E4M3 requests.
+TEST_F(WorkerDaemonTest, Fp8BlocksNeverServeAnotherDtype) {
+  StartDaemon();
+  const std::string endpoint = "--endpoint=" + socket_;
+  const auto e4m3 = Worker({endpoint, "--timeout=20s", "--kv-dtype=fp8_e4m3"});
+  ASSERT_EQ(e4m3.size(), 2u);
+  if (e4m3[0].cache == "\"degraded\"") {
+    GTEST_SKIP() << "radixkvd sized its pool's pages without the fp8 scale "
+                    "area (NamespacePageBytes, docs/CONTRACTS.md §2.1)";
+  }
+  EXPECT_EQ(e4m3[1].matched, 192u);
+  for (const char* other : {"fp8_e5m2", "int8", "fp16"}) {
+    const auto r = Worker({endpoint, "--timeout=5s",
+                           absl::StrCat("--kv-dtype=", other)});
+    ASSERT_EQ(r.size(), 2u) << other;
+    EXPECT_EQ(r[0].matched, 0u) << other;
+  }
+  const auto again = Worker({endpoint, "--timeout=20s", "--kv-dtype=fp8_e4m3"});
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].matched, 288u);
+  EXPECT_EQ(again[1].matched, 240u);
 }
 
 }  // namespace

@@ -9,8 +9,16 @@ thread, that keeps the KvCache.Session stream open:
            heartbeat every heartbeat_interval, send Release for dropped
            leases no Acquire carried within release_delay, and watch for
            the stream's end or 3 missed heartbeat acks
-  end:     unpublish (disconnected), cancel the stream, wait with
-           exponential backoff and jitter, connect again
+  end:     unpublish (disconnected), mark the session ended (its leases
+           refuse page access), queue its id for acknowledgement, cancel
+           the stream, wait with exponential backoff and jitter, connect
+           again; the next `open` lists the queued ids in
+           acknowledge_sessions and a SessionInfo reply clears them
+
+Connecting: the Session call waits for the channel (wait_for_ready) up to
+connect_timeout, and the channel's own connection retries are at most
+min(reconnect_max_backoff, 1 s) apart, so a daemon that comes back while an
+attempt waits is reached within that interval.
 
 Each stream has a reader thread that iterates the responses, so no
 blocking gRPC operation keeps the session thread from enforcing
@@ -39,6 +47,11 @@ from radixkv.keys import BLOCK_KEY_VERSION, NamespaceSpec
 from radixkv.pool import Pool, attach
 
 _INFINITY = float("inf")
+
+# OpenSession.acknowledge_sessions holds at most this many ids.
+MAX_ACKNOWLEDGE_SESSIONS = 64
+# Longest wait between the channel's own connection retries, in seconds.
+MAX_CHANNEL_BACKOFF = 1.0
 
 # Cores whose session thread runs. They are stopped at exit, while threads
 # still run: stopping one during interpreter finalization would wait for
@@ -71,6 +84,16 @@ class Options:
     max_receive_message_bytes: int = 64 << 20
 
 
+class SessionLife:
+    """Shared by a session and its Leases: `ended` turns True once (stream
+    ended, the daemon no longer knows the session, or the client closed),
+    before the session's id is queued for acknowledgement."""
+    __slots__ = ("ended",)
+
+    def __init__(self):
+        self.ended = False
+
+
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
     """A consistent view of the current session, taken under the lock."""
@@ -78,6 +101,8 @@ class Snapshot:
     session_id: str
     generation: int
     pool: Optional[Pool]
+    life: Optional[SessionLife] = None  # None when not usable
+    lease_ttl: float = 0.0              # SessionInfo.lease_ttl_ms in s; 0: unknown
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +115,8 @@ class ClientState:
     pool: Optional[object]     # radixkv.v1.PoolInfo of the current/last session
     last_error: Optional[Error]  # why the last open attempt or stream failed
     namespace_id: bytes        # SessionInfo.namespace_id of the current/last session
+    # Ended sessions the next OpenSession acknowledges, oldest first.
+    unacknowledged_sessions: tuple = ()
 
 
 def channel_options(o: Options):
@@ -97,14 +124,20 @@ def channel_options(o: Options):
     plus its reconnect and keepalive settings)."""
     def ms(seconds):
         return max(1, int(seconds * 1000))
+    # The session backoff decides when to reconnect; the channel retries the
+    # connection only while a session attempt waits for it (wait_for_ready),
+    # at most MAX_CHANNEL_BACKOFF apart.
+    channel_max = min(o.reconnect_max_backoff, MAX_CHANNEL_BACKOFF)
     return [
         ("grpc.enable_retries", 0),
         ("grpc.minimal_stack", 1),
         ("grpc.enable_deadline_checking", 1),
         ("grpc.max_receive_message_length", o.max_receive_message_bytes),
-        ("grpc.initial_reconnect_backoff_ms", ms(o.reconnect_initial_backoff)),
-        ("grpc.min_reconnect_backoff_ms", ms(o.reconnect_initial_backoff)),
-        ("grpc.max_reconnect_backoff_ms", ms(o.reconnect_max_backoff)),
+        ("grpc.initial_reconnect_backoff_ms",
+         ms(min(o.reconnect_initial_backoff, channel_max))),
+        ("grpc.max_reconnect_backoff_ms", ms(channel_max)),
+        # gRPC reads this one as the minimum time one connection attempt may take.
+        ("grpc.min_reconnect_backoff_ms", ms(o.connect_timeout)),
         ("grpc.keepalive_time_ms", 20000),
         ("grpc.keepalive_timeout_ms", 10000),
         # Each client its own connection: one Client's calls never queue
@@ -137,6 +170,10 @@ class Core:
         self._pool_info = None
         self._namespace_id = b""
         self._pool: Optional[Pool] = None
+        self._lease_ttl = 0.0
+        self._life: Optional[SessionLife] = None   # of the open session
+        # Ended sessions not yet acknowledged by an OpenSession, oldest first.
+        self._unacknowledged = collections.deque(maxlen=MAX_ACKNOWLEDGE_SESSIONS)
         self._last_error: Optional[Error] = errors.Unavailable("session not opened yet")
         self._call = None          # the live Session call, for cancellation
         self._stream_opened = False
@@ -145,6 +182,8 @@ class Core:
         self._stream_info = None
         self._last_ack = 0.0
         self._deferred = collections.deque()   # (lease_id, since), oldest first
+        # Held leases of the open session not queued in _deferred.
+        self._live_leases = set()
         self._release_now = False
         self._serve_wake_at = _INFINITY
         self._serve_wakeup = False
@@ -159,15 +198,18 @@ class Core:
         self._thread.start()
 
     def stop(self) -> None:
-        """Closes the session (the daemon ends its leases) and joins the
-        session thread; idempotent. A no-op during interpreter finalization
+        """Releases every lease still held or queued, closes the session and
+        joins the session thread; idempotent. A no-op during interpreter finalization
         (the exit hook stopped every core before)."""
         if sys.is_finalizing():
             return
         _live.discard(self)
         with self._lock:
             self._stopping = True
-            call = self._call
+            # A serving session thread first releases the queued leases (a
+            # session that ends with leases open has their pages fenced),
+            # then cancels the call.
+            call = None if self._connected else self._call
             self._cond.notify_all()
         if call is not None:
             call.cancel()
@@ -180,7 +222,13 @@ class Core:
     def current(self) -> Snapshot:
         with self._lock:
             return Snapshot(self._connected, self._session_id, self._generation,
-                            self._pool)
+                            self._pool, self._life if self._connected else None,
+                            self._lease_ttl)
+
+    def stopped(self) -> bool:
+        """Whether stop() was called (the client is closed or closing)."""
+        with self._lock:
+            return self._stopping
 
     def is_current(self, generation: int) -> bool:
         with self._lock:
@@ -190,7 +238,7 @@ class Core:
         with self._lock:
             return ClientState(self._connected, self._session_id, self._generation,
                                self._reconnects, self._pool_info, self._last_error,
-                               self._namespace_id)
+                               self._namespace_id, tuple(self._unacknowledged))
 
     def wait_for_session(self, timeout: float) -> bool:
         with self._lock:
@@ -218,9 +266,25 @@ class Core:
             self._last_error = errors.NotFound(
                 "the daemon no longer knows the session",
                 field="session_id", reason=errors.REASON_SESSION_NOT_FOUND)
+            # Its leases refuse page access from now on; the session thread
+            # queues the id for acknowledgement when it ends the stream.
+            if self._life is not None:
+                self._life.ended = True
             call = self._call
         if call is not None:
             call.cancel()
+
+    # -- held leases, ended when the client closes -----------------------------
+
+    def track_lease(self, generation: int, lease_id: int) -> None:
+        with self._lock:
+            if self._connected and self._generation == generation:
+                self._live_leases.add(lease_id)
+
+    def untrack_lease(self, generation: int, lease_id: int) -> None:
+        with self._lock:
+            if self._connected and self._generation == generation:
+                self._live_leases.discard(lease_id)
 
     # -- deferred releases (release_delay) -------------------------------------
 
@@ -277,11 +341,9 @@ class Core:
     def _send_releases(self, session_id: str, ids: List[int]) -> None:
         """Release calls from the session thread; stops at the first that
         does not reach the daemon (the rest end with the session or at their
-        TTL) and when the client is closing (closing ends them all)."""
+        TTL). Also used when the client closes, before the stream ends, so
+        that the daemon does not fence the queued leases' pages."""
         for lease_id in ids:
-            with self._lock:
-                if self._stopping:
-                    return
             try:
                 self.kv.Release(pb.ReleaseRequest(session_id=session_id,
                                                   lease_id=lease_id),
@@ -289,6 +351,8 @@ class Core:
             except grpc.RpcError as e:
                 if e.code() != grpc.StatusCode.NOT_FOUND:
                     return
+            except ValueError:  # the channel was closed
+                return
 
     # -- the session thread ----------------------------------------------------
 
@@ -333,15 +397,29 @@ class Core:
             self._cond.notify_all()
 
     def _open_request(self):
+        """The `open` request, acknowledging the queued lost sessions (lock
+        held)."""
         o = self.options
         return pb.SessionRequest(open=pb.OpenSession(
             namespace=self.namespace_pb, device=o.device,
-            client_name=o.client_name, block_key_version=BLOCK_KEY_VERSION))
+            client_name=o.client_name, block_key_version=BLOCK_KEY_VERSION,
+            acknowledge_sessions=list(self._unacknowledged)))
+
+    def _end_published(self) -> None:
+        """Ends the published session (lock held): first stops its leases'
+        page access, then, unless the client is closing, queues its id for
+        the next open to acknowledge (the oldest dropped beyond
+        MAX_ACKNOWLEDGE_SESSIONS)."""
+        if self._life is not None:
+            self._life.ended = True
+        self._life = None
+        if (not self._stopping and self._session_id and
+                self._session_id not in self._unacknowledged):
+            self._unacknowledged.append(self._session_id)
 
     def _run_session(self) -> Error:
         """One stream's life: connect, serve, end. Returns why it ended."""
         outbox = queue.SimpleQueue()
-        outbox.put(self._open_request())
         with self._lock:
             if self._stopping:
                 return errors.Unavailable("client closing", code=grpc.StatusCode.CANCELLED)
@@ -349,7 +427,11 @@ class Core:
             self._stream_ended = False
             self._stream_error = None
             self._stream_info = None
-        call = self.kv.Session(iter(outbox.get, None))
+            open_request = self._open_request()
+        outbox.put(open_request)
+        # Waits for the connection (until _await_open gives up and cancels)
+        # instead of failing while the channel backs off.
+        call = self.kv.Session(iter(outbox.get, None), wait_for_ready=True)
         with self._lock:
             self._call = call
             stopping = self._stopping
@@ -361,9 +443,12 @@ class Core:
 
         def finish(why: Error) -> Error:
             with self._lock:
+                if self._connected:
+                    self._end_published()
                 self._connected = False
                 self._pool = None
                 self._deferred.clear()  # the daemon ends the session's leases
+                self._live_leases.clear()
                 self._release_now = False
             outbox.put(None)  # lets gRPC's request-sending thread finish
             call.cancel()
@@ -379,6 +464,11 @@ class Core:
         info, error = self._await_open()
         if error is not None:
             return finish(error)
+        with self._lock:
+            # The daemon has taken the acknowledgements with the open.
+            for _ in range(min(len(open_request.open.acknowledge_sessions),
+                               len(self._unacknowledged))):
+                self._unacknowledged.popleft()
         pool = None
         if (self.options.attach_pool and info.pool.backend != "none" and
                 info.pool.attach_socket):
@@ -396,6 +486,8 @@ class Core:
             self._pool_info = info.pool
             self._namespace_id = info.namespace_id
             self._pool = pool
+            self._lease_ttl = info.lease_ttl_ms / 1000.0
+            self._life = SessionLife()
             self._connected = True
             self._last_error = None
             self._last_ack = time.monotonic()
@@ -449,11 +541,24 @@ class Core:
             with self._lock:
                 self._serve_wait(next_heartbeat)
                 woke = time.monotonic()
-                if self._stopping:
-                    return errors.Unavailable("client closing",
-                                              code=grpc.StatusCode.CANCELLED)
-                if self._stream_ended:
-                    return errors.Unavailable("session stream ended")
+                stopping, ended = self._stopping, self._stream_ended
+                if stopping and not ended:
+                    # No lease of this session writes from now on; all end.
+                    if self._life is not None:
+                        self._life.ended = True
+                    releases = self._take_due_releases(_INFINITY)
+                    releases.extend(self._live_leases)
+                    self._live_leases.clear()
+            if stopping:
+                if not ended and releases:
+                    # Closing: the queued leases end now, not fenced with
+                    # the session.
+                    self._send_releases(session_id, releases)
+                return errors.Unavailable("client closing",
+                                          code=grpc.StatusCode.CANCELLED)
+            if ended:
+                return errors.Unavailable("session stream ended")
+            with self._lock:
                 if woke - self._last_ack > 3 * interval:
                     return errors.DeadlineExceeded(
                         "session heartbeat not acknowledged for 3 intervals")

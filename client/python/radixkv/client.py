@@ -28,6 +28,14 @@ It behaves as the C++ radixkv::Client (docs/CLIENT.md):
   ids are released one by one and the acquire is sent again without them.
   An ErrorDetail with reason SESSION_NOT_FOUND drops the session (it is
   re-opened) and that acquire degrades.
+* Fail closed: a Lease gives page views only while it is `live` (held, its
+  session open, before its expiry less a safety margin of min(1 s, TTL /
+  10)); a reader calls confirm_read() after its reads and treats the prompt
+  as a miss unless it returns True. An acquire answered too late to use is
+  a miss (a degraded Lease).
+* A session that ended without close() is acknowledged in the next
+  OpenSession (acknowledge_sessions, at most 64) once its leases refuse
+  page access; a commit answered NOT_FOUND ends the lease for good.
 
 Thread safety: Client is thread-safe. A Lease belongs to one thread at a
 time; different Leases are independent. A Lease may outlive its Client
@@ -35,6 +43,7 @@ time; different Leases are independent. A Lease may outlive its Client
 """
 import os
 import stat
+import time
 from typing import List, Optional, Sequence, Union
 
 import grpc
@@ -131,6 +140,26 @@ def validate_namespace(spec: NamespaceSpec) -> None:
             reason=errors.REASON_INVALID)
 
 
+_INFINITY = float("inf")
+
+
+def _usable_until(sent: float, ttl: float, expires_unix_ms: int) -> float:
+    """The time.monotonic() until which a lease acquired by a call sent at
+    `sent` may give page access: its expiry (the earlier of the daemon's
+    deadline, read against this host's clock, and sent + the session's
+    lease TTL) less the safety margin min(1 s, TTL / 10). Infinity when the
+    daemon names neither."""
+    deadline = _INFINITY
+    if expires_unix_ms > 0:
+        deadline = time.monotonic() + (expires_unix_ms / 1000.0 - time.time())
+    if ttl > 0:
+        deadline = min(deadline, sent + ttl)
+    if deadline == _INFINITY:
+        return deadline
+    span = ttl if ttl > 0 else deadline - sent
+    return deadline - max(0.0, min(1.0, span / 10))
+
+
 def _closed() -> errors.Unavailable:
     return errors.Unavailable("the client is closed", code=grpc.StatusCode.CANCELLED)
 
@@ -147,12 +176,14 @@ class Lease:
     pages lists matched_blocks cached pages in block order (read-only,
     shared), then new_blocks new pages (the worker's to write, block
     matched_blocks + j into pages[matched_blocks + j]). A degraded lease
-    (daemon away) has no match and no pages."""
+    (daemon away) has no match and no pages. Page views are given only
+    while the lease is `live` (LeaseLost otherwise); a reader checks
+    confirm_read() after its reads."""
 
     __slots__ = ("_core", "_pool", "_spec", "_session_id", "_generation",
                  "lease_id", "degraded", "total_blocks", "matched_blocks",
                  "matched_tokens", "new_blocks", "committed_blocks", "pages",
-                 "expires_unix_ms", "_ended")
+                 "expires_unix_ms", "_ended", "_life", "_usable_until")
 
     def __init__(self, core: Core, spec: NamespaceSpec, total_blocks: int,
                  degraded: bool):
@@ -171,11 +202,36 @@ class Lease:
         self.committed_blocks = 0
         self.pages: List[int] = []
         self.expires_unix_ms = 0
+        self._life = None
+        self._usable_until = _INFINITY   # time.monotonic() deadline
 
     @property
     def held(self) -> bool:
         """True while the daemon holds pages for this lease."""
         return self.lease_id != 0
+
+    @property
+    def live(self) -> bool:
+        """Held, its session still open, and before its expiry less the
+        safety margin min(1 s, lease TTL / 10): the daemon still pins every
+        page. Page views are given only while live."""
+        return (self.lease_id != 0 and self._life is not None and
+                not self._life.ended and time.monotonic() < self._usable_until)
+
+    @property
+    def time_left(self) -> float:
+        """Seconds of page access left (0.0 when not live). The expiry is the
+        earlier of the daemon's lease_expires_unix_ms and the session's lease
+        TTL counted from when the Acquire was sent (monotonic clock)."""
+        if not self.live:
+            return 0.0
+        return self._usable_until - time.monotonic()
+
+    def confirm_read(self) -> bool:
+        """Call after reads of this lease's pages finished: True when the
+        lease was live at that point, so what was read is the cached K/V.
+        False: discard what was read and treat the prompt as a miss."""
+        return self.live
 
     @property
     def matched_pages(self) -> List[int]:
@@ -205,6 +261,8 @@ class Lease:
     def _end(self) -> int:
         lease_id, self.lease_id = self.lease_id, 0
         self._ended = self._ended or lease_id != 0
+        if lease_id != 0:
+            self._core.untrack_lease(self._generation, lease_id)
         return lease_id
 
     def commit(self, blocks: Optional[int] = None, release: bool = True):
@@ -217,7 +275,10 @@ class Lease:
         uncommitted_blocks (nothing sent) or the lease is degraded;
         LeaseLost when the lease has ended, expired or its session ended
         (daemon restart: the pages were not cached); Unavailable /
-        DeadlineExceeded when the daemon does not answer."""
+        DeadlineExceeded when the daemon does not answer. A NOT_FOUND answer
+        ends the lease here too (no page views, nothing sent for it again).
+        A lease past its expiry still sends its commit: the daemon caches
+        nothing for it, and the call tells it the pages stay unwritten."""
         self._require_held("commit")
         if blocks is None:
             blocks = self.uncommitted_blocks
@@ -227,7 +288,9 @@ class Lease:
                 f"{self.uncommitted_blocks} uncommitted new pages",
                 field="blocks", reason=errors.REASON_INVALID)
         if not self._core.is_current(self._generation):
-            self._end()
+            # The daemon ended it with the session (its pages fenced if the
+            # daemon still runs): say they will not be written, cache nothing.
+            self.release()
             raise _lease_lost("commit: the session of this lease ended (daemon "
                               "restart or client closed); the pages were not cached")
         request = pb.CommitRequest(session_id=self._session_id, lease_id=self.lease_id,
@@ -251,16 +314,21 @@ class Lease:
         ended) counts as released. Never raises because the daemon is away:
         the lease then ends with the session or at its TTL."""
         lease_id = self._end()
-        if lease_id == 0 or not self._core.is_current(self._generation):
+        if lease_id == 0:
             return
+        # Sent even when the session has ended: for a daemon that fenced the
+        # lease's pages with the session, it says they will not be written.
+        current = self._core.is_current(self._generation)
         try:
             self._core.kv.Release(
                 pb.ReleaseRequest(session_id=self._session_id, lease_id=lease_id),
                 timeout=self._core.options.release_timeout)
         except grpc.RpcError as e:
             err = errors.from_rpc_error(e)
-            if errors.is_caller_error(err):
+            if current and errors.is_caller_error(err):
                 raise err from None
+        except ValueError:  # the client is closed: its channel too
+            pass
 
     def drop(self) -> None:
         """Ends a held lease the way leaving the `with` block does: its id
@@ -268,7 +336,10 @@ class Lease:
         with release_delay 0, release() now."""
         if self.lease_id == 0:
             return
-        if self._core.options.release_delay > 0:
+        current = self._core.is_current(self._generation)
+        if not current and not self._core.stopped():
+            self._end()  # a lost session: the next open acknowledges it
+        elif current and self._core.options.release_delay > 0:
             self._core.defer_release(self._generation, self._end())
         else:
             self.release()
@@ -289,6 +360,9 @@ class Lease:
 
     def _page(self, i: int) -> int:
         self._require_held("page view")
+        if not self.live:
+            raise _lease_lost("page view: the lease is no longer live (expired, "
+                              "or its session ended); treat the prompt as a miss")
         if self._pool is None:
             raise FailedPrecondition(
                 "page view: no pool is mapped (attach_pool=False, or a none pool)",
@@ -384,8 +458,9 @@ class Client:
     # -- lifecycle -------------------------------------------------------------
 
     def close(self) -> None:
-        """Closes the session (the daemon ends its leases and frees unwritten
-        pages) and stops the session thread. Idempotent."""
+        """Releases every lease still held or queued (a lease that outlives
+        the client gives no page view any more), closes the session and
+        stops the session thread. Idempotent."""
         self._core.stop()
 
     def __enter__(self) -> "Client":
@@ -474,12 +549,15 @@ class Client:
         return self._acquire(request, len(packed) // 16)
 
     def _call_acquire(self, request):
+        """(response, error, when it was sent on the monotonic clock)."""
+        sent = time.monotonic()
         try:
-            return self._core.kv.Acquire(request, timeout=self.options.call_timeout), None
+            return (self._core.kv.Acquire(request, timeout=self.options.call_timeout),
+                    None, sent)
         except grpc.RpcError as e:
-            return None, errors.from_rpc_error(e)
+            return None, errors.from_rpc_error(e), sent
         except ValueError:  # the channel was closed meanwhile
-            return None, _closed()
+            return None, _closed(), sent
 
     def _acquire(self, request, total_blocks: int) -> Lease:
         core = self._core
@@ -492,7 +570,7 @@ class Client:
         carried = core.take_deferred(session.generation, MAX_RELEASE_LEASES)
         if carried:
             request.release_leases.extend(carried)
-        response, err = self._call_acquire(request)
+        response, err, sent = self._call_acquire(request)
         if err is not None and carried:
             # The daemon released none of them (all or nothing). When one of
             # them is the reason (it expired meanwhile), release them one by
@@ -502,16 +580,16 @@ class Client:
             core.requeue_deferred(session.generation, carried, release_now=their_fault)
             if their_fault:
                 del request.release_leases[:]
-                response, err = self._call_acquire(request)
+                response, err, sent = self._call_acquire(request)
         if err is not None:
             if errors.is_caller_error(err):
                 raise err
             if err.reason == errors.REASON_SESSION_NOT_FOUND:
                 core.report_session_lost(session.generation)
             return lease
-        return self._fill_lease(lease, response, session)
+        return self._fill_lease(lease, response, session, sent)
 
-    def _fill_lease(self, lease: Lease, response, session) -> Lease:
+    def _fill_lease(self, lease: Lease, response, session, sent: float) -> Lease:
         lease.degraded = False
         lease._session_id = session.session_id  # pylint: disable=protected-access
         lease._generation = session.generation  # pylint: disable=protected-access
@@ -522,6 +600,11 @@ class Client:
         lease.matched_tokens = response.matched_tokens
         lease.new_blocks = response.new_blocks
         lease.expires_unix_ms = response.lease_expires_unix_ms
+        lease._life = session.life  # pylint: disable=protected-access
+        if lease.lease_id:
+            self._core.track_lease(session.generation, lease.lease_id)
+        lease._usable_until = _usable_until(  # pylint: disable=protected-access
+            sent, session.lease_ttl, response.lease_expires_unix_ms)
         if response.pages_le:
             if len(response.pages_le) % 4:
                 lease.release()
@@ -538,6 +621,10 @@ class Client:
                 f"Acquire: daemon returned {len(lease.pages)} pages for "
                 f"{lease.matched_blocks} matched + {lease.new_blocks} new blocks",
                 code=grpc.StatusCode.INTERNAL)
+        if lease.held and not lease.live:
+            # Too late to use (a slow answer): end it now and serve a miss.
+            lease.release()
+            return Lease(self._core, self.namespace, lease.total_blocks, degraded=True)
         return lease
 
     # -- lookups and admin (errors raised, never degraded) -----------------------

@@ -1,0 +1,235 @@
+#!/usr/bin/python3
+"""Fleet benchmark: N radixkvd daemons on loopback, a router that knows them
+only through their KV events (vLLM's wire format), and the Mooncake
+conversation trace replayed across them.
+
+Each daemon gets --capacity/N pages (a none pool, page_size 512: one trace
+block id is one page) and publishes KV events on loopback; one subscriber
+per daemon (bench/fleet/kv_subscriber.py, written from vLLM's event
+definitions alone) keeps the set of block hashes that daemon holds. The
+trace is replayed one request at a time, in arrival order (Acquire then
+Commit with release, as bench/replay does), under a placement policy:
+
+  rr      request i goes to daemon i mod N
+  prefix  the daemon whose event-built index holds the longest prefix of
+          the request's block hashes; ties go to the daemon sent the fewest
+          requests so far, then to the lowest index
+  prefix_bounded  the same among daemons sent at most 1.25 times the mean
+          number of requests so far
+
+After each request the router waits until that daemon's events of the
+request have arrived, so every decision sees the fleet's exact state. The
+fleet hit ratio is sum(matched_blocks) / sum(total_blocks) as the daemons
+answered. The same placement is simulated by bench/sim/fleet_sim.py; the
+two must agree exactly (placement and matched blocks, request by request),
+and at the end every subscriber's index must equal its daemon's
+Admin.DumpTree listing.
+
+  bench/fleet/fleet_bench.py --build_dir=build/events --capacity=9000 \\
+      [--policies=rr,prefix] [--requests=0] [--json]
+
+Exit status: 0 measured == simulated and indexes exact; 1 otherwise;
+3 bad arguments. Needs /usr/bin/python3 with python3-zmq, python3-msgpack,
+python3-grpcio and the radixkv package of the build (<build>/python).
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "bench", "sim"))
+
+import kv_subscriber  # noqa: E402
+import fleet_sim  # noqa: E402
+
+PAGE_SIZE = 512
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class FleetDaemon:
+    def __init__(self, radixkvd, k, pages):
+        import grpc
+        from radixkv import pb_grpc
+        self.sock = "/tmp/rkfleet%d_%d.sock" % (os.getpid(), k)
+        self.pub = "tcp://127.0.0.1:%d" % free_port()
+        self.rep = "tcp://127.0.0.1:%d" % free_port()
+        self.log = open(self.sock + ".log", "w")
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        self.proc = subprocess.Popen(
+            [radixkvd, "--socket=" + self.sock, "--metrics_listen=",
+             "--pool=none,pages=%d" % pages, "--max_prompt_tokens=1048576",
+             # as in the simulation: one session may pin the whole pool
+             "--max_pinned_pages_per_session=%d" % pages,
+             "--shutdown_grace=1s", "--kv_events_endpoint=" + self.pub,
+             "--kv_events_replay_endpoint=" + self.rep],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while not os.path.exists(self.sock):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("radixkvd %d did not start (%s)"
+                                   % (k, self.sock + ".log"))
+            time.sleep(0.02)
+        self.channel = grpc.insecure_channel("unix:" + self.sock)
+        self.admin = pb_grpc.AdminStub(self.channel)
+
+    def dump(self):
+        from radixkv import pb
+        return kv_subscriber.dump_hashes(self.admin, pb, "int64")
+
+    def stop(self):
+        self.channel.close()
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def wait_for(index, key_hash, timeout=10.0):
+    """Until `index` holds key_hash (the request's last block); after a
+    quiet second, asks the replay socket for what the stream did not
+    deliver."""
+    start = time.time()
+    probed = False
+    while key_hash not in index.index:
+        if time.time() > start + timeout:
+            raise kv_subscriber.ProtocolError("event for a commit never came")
+        if index.poll(0.01) == 0 and not probed and time.time() > start + 1:
+            probed = True
+            index.probe()
+
+
+def run_policy(args, policy, trace):
+    import radixkv
+    spec = radixkv.NamespaceSpec(model="fleet", num_layers=1, num_kv_heads=1,
+                                 head_dim=8, page_size=PAGE_SIZE, dtype="fp16")
+    pages = fleet_sim.split_capacity(args.capacity, args.daemons)
+    daemons = [FleetDaemon(args.radixkvd, k, p or (1 << 21))
+               for k, p in enumerate(pages)]
+    try:
+        indexes = []
+        for d in daemons:
+            idx = kv_subscriber.KvIndex(d.pub, d.rep, resync=d.dump)
+            idx.join()
+            indexes.append(idx)
+        clients = [radixkv.Client(endpoint=d.sock, namespace=spec,
+                                  release_delay=0, call_timeout=30,
+                                  heartbeat_interval=10)
+                   for d in daemons]
+        root = clients[0].namespace_root
+        loads = [0] * args.daemons
+        placement, matched = [], []
+        blocks = 0
+        t0 = time.time()
+        for i, hash_ids in enumerate(trace):
+            tokens = [h * PAGE_SIZE + j for h in hash_ids for j in range(PAGE_SIZE)]
+            keys = [kv_subscriber.to_hash(k, "int64") for k in
+                    radixkv.compute_block_keys(root, PAGE_SIZE, tokens)]
+            lens = []
+            for idx in indexes:
+                prefix = 0
+                while prefix < len(keys) and keys[prefix] in idx.index:
+                    prefix += 1
+                lens.append(prefix)
+            k = fleet_sim.pick(policy, lens, loads, i)
+            loads[k] += 1
+            lease = clients[k].acquire(tokens)
+            m = lease.matched_blocks
+            got = lease.new_blocks
+            if lease.uncommitted_blocks:
+                lease.commit()
+            else:
+                lease.release()
+            if got:
+                wait_for(indexes[k], keys[m + got - 1])
+            placement.append(k)
+            matched.append(m)
+            blocks += len(hash_ids)
+        elapsed = time.time() - t0
+        exact = True
+        for d, idx in zip(daemons, indexes):
+            idx.drain()
+            exact = exact and idx.index == d.dump()
+        for c in clients:
+            c.close()
+        for idx in indexes:
+            idx.close()
+        return {"policy": policy, "daemons": args.daemons,
+                "capacity": args.capacity, "requests": len(trace),
+                "blocks": blocks, "matched_blocks": sum(matched),
+                "hit_ratio": sum(matched) / blocks if blocks else 0.0,
+                "per_daemon_requests": loads, "indexes_exact": exact,
+                "gaps": sum(x.gaps for x in indexes),
+                "resyncs": sum(x.resyncs for x in indexes),
+                "elapsed_s": round(elapsed, 1)}, placement, matched
+    finally:
+        for d in daemons:
+            d.stop()
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--build_dir", default=os.path.join(REPO, "build", "default"))
+    p.add_argument("--trace", default=None)
+    p.add_argument("--capacity", type=int, default=9000,
+                   help="total pages of the fleet (0: unbounded)")
+    p.add_argument("--daemons", type=int, default=3)
+    p.add_argument("--policies", default="rr,prefix,prefix_bounded")
+    p.add_argument("--requests", type=int, default=0,
+                   help="replay only the first N requests (0: all)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    policies = args.policies.split(",")
+    if args.capacity < 0 or args.daemons < 1 or \
+            any(x not in fleet_sim.POLICIES for x in policies):
+        p.print_usage(sys.stderr)
+        return 3
+    args.radixkvd = os.environ.get(
+        "RADIXKVD", os.path.join(args.build_dir, "daemon", "radixkvd"))
+    sys.path.insert(0, os.path.join(args.build_dir, "python"))
+    trace = fleet_sim.load_trace(
+        args.trace or os.path.join(args.build_dir, "data",
+                                   "conversation_trace.jsonl"), args.requests)
+    ok = True
+    for policy in policies:
+        measured, placement, matched = run_policy(args, policy, trace)
+        sim = fleet_sim.simulate(trace, args.capacity, args.daemons, policy)
+        same = sim["placement"] == placement and sim["matched"] == matched
+        if not same:
+            measured["first_difference"] = next(
+                i for i in range(len(trace))
+                if (sim["placement"][i], sim["matched"][i]) !=
+                (placement[i], matched[i]))
+        measured["simulated_hit_ratio"] = sim["hit_ratio"]
+        measured["simulated_matched_blocks"] = sim["matched_blocks"]
+        measured["matches_simulation"] = same
+        ok = ok and same and measured["indexes_exact"]
+        if args.json:
+            print(json.dumps(measured, sort_keys=True))
+        else:
+            print("%-14s %d daemons, %d pages in all: hit ratio %.4f "
+                  "(simulated %.4f, %s), requests per daemon %s, indexes %s, "
+                  "%.0f s" % (policy, args.daemons, args.capacity,
+                              measured["hit_ratio"], sim["hit_ratio"],
+                              "equal" if same else "DIFFERENT",
+                              measured["per_daemon_requests"],
+                              "exact" if measured["indexes_exact"] else "WRONG",
+                              measured["elapsed_s"]))
+        sys.stdout.flush()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
