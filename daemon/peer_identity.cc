@@ -28,7 +28,12 @@ bool PeerIdentity::SameParty(const PeerIdentity& other) const {
       return uid == other.uid && pid == other.pid &&
              uid != static_cast<uid_t>(-1);
     case Transport::kTls:
-      return !subject.empty() && subject == other.subject;
+      // Without a client certificate, the connection is all there is.
+      if (subject.empty() || other.subject.empty()) {
+        return subject.empty() && other.subject.empty() &&
+               address == other.address;
+      }
+      return subject == other.subject;
     case Transport::kTcp:
       return address == other.address;
   }
@@ -58,7 +63,8 @@ std::string PeerIdentity::Principal() const {
     case Transport::kUnix:
       return absl::StrCat("uid:", static_cast<int>(uid));
     case Transport::kTls:
-      return absl::StrCat("tls:", subject);
+      return subject.empty() ? absl::StrCat("tls:", address)
+                             : absl::StrCat("tls:", subject);
     case Transport::kTcp:
       return absl::StrCat("tcp:", address);
   }

@@ -50,13 +50,15 @@ struct PeerIdentity {
   static PeerIdentity InProcess();
 
   // Whether this peer is the same party as `other` for holding a session:
-  // same uid and pid (Unix), same certificate identity (TLS), same
-  // connection (plaintext TCP), both in-process.
+  // same uid and pid (Unix), same certificate identity (TLS; the same
+  // connection when the client sent no certificate), same connection
+  // (plaintext TCP), both in-process.
   bool SameParty(const PeerIdentity& other) const;
   // For logs: "uid=1000 gid=1000 pid=4242", "tls:CN", "tcp:ipv4:...".
   std::string ToString() const;
   // The key that --max_sessions_per_peer counts by: the uid (Unix), the
-  // certificate identity (TLS), the address (plaintext TCP).
+  // certificate identity (TLS; else the address), the address (plaintext
+  // TCP).
   std::string Principal() const;
   // Whether the peer's gid or a supplementary group is `g`.
   bool InGroup(gid_t g) const;

@@ -504,8 +504,10 @@ def tls_channel(pki, port, who=None):
         root_certificates=read("ca.pem"),
         private_key=read(who + ".key") if who else None,
         certificate_chain=read(who + ".pem") if who else None)
+    # A subchannel pool of its own: each channel is its own connection.
     return grpc.secure_channel(f"127.0.0.1:{port}", creds,
-                               options=[("grpc.ssl_target_name_override", "localhost")])
+                               options=[("grpc.ssl_target_name_override", "localhost"),
+                                        ("grpc.use_local_subchannel_pool", 1)])
 
 
 def test_mtls_identifies_clients_by_certificate(daemons, pki):
@@ -544,6 +546,29 @@ def test_a_session_opened_over_tls_is_bound_to_its_certificate(daemons, pki):
         grpc.StatusCode.PERMISSION_DENIED
     assert kv_a.Acquire(pb.AcquireRequest(session_id=sid, tokens=[1, 2, 3, 4]),
                         timeout=10).total_blocks == 1
+    q.put(None)
+    call.cancel()
+
+
+def test_tls_without_client_certificates_binds_sessions_to_the_connection(
+        daemons, pki):
+    d = daemons("--listen_tcp=127.0.0.1:0", f"--tls_cert={pki('server.pem')}",
+                f"--tls_key={pki('server.key')}")
+    port = tcp_port(d)
+    kv_a = pb_grpc.KvCacheStub(tls_channel(pki, port))
+    q = queue.Queue()
+    q.put(pb.SessionRequest(open=pb.OpenSession(namespace=namespace())))
+    call = kv_a.Session(iter(q.get, None))
+    sid = next(call).session.session_id
+    assert kv_a.Acquire(pb.AcquireRequest(session_id=sid, tokens=[1, 2, 3, 4]),
+                        timeout=10).total_blocks == 1
+    kv_b = pb_grpc.KvCacheStub(tls_channel(pki, port))  # another connection
+    assert code_of(lambda: kv_b.Acquire(pb.AcquireRequest(
+        session_id=sid, tokens=[1, 2, 3, 4]), timeout=10))[0] == \
+        grpc.StatusCode.PERMISSION_DENIED
+    admin = pb_grpc.AdminStub(tls_channel(pki, port))
+    assert code_of(lambda: admin.Clear(pb.ClearRequest(), timeout=10))[0] == \
+        grpc.StatusCode.PERMISSION_DENIED
     q.put(None)
     call.cancel()
 
