@@ -4,7 +4,7 @@
 # the foreground on its default configuration (1 GiB host pool, the per-user
 # Unix socket, metrics on 127.0.0.1:9464). It prints where it listens.
 # Extra arguments go to radixkvd, e.g.
-#   scripts/run_daemon.sh --pool=none,pages=100000 --listen_tcp=127.0.0.1:50051
+#   scripts/run_daemon.sh --pool=none,pages=100000 --listen_tcp=127.0.0.1:50051 --insecure_tcp
 # Ctrl-C (SIGINT) or SIGTERM drains and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
