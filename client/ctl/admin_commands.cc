@@ -103,6 +103,10 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
                                 Percent(st.cached_pages(), st.capacity_pages()),
                                 " of capacity"));
   kv.Add("pinned", PagesWithBytes(st.pinned_pages(), pb));
+  kv.Add("fenced",
+         absl::StrCat(PagesWithBytes(st.quarantined_pages(), pb),
+                      " quarantined (", HumanCount(st.quarantined_leases()),
+                      " leases)"));
   kv.Add("hit ratio", absl::StrCat(Percent(st.hit_tokens(), st.lookup_tokens()),
                                    " (", HumanCount(st.hit_tokens()), " of ",
                                    HumanCount(st.lookup_tokens()), " tokens)"));
@@ -123,6 +127,8 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
                                 " abandoned)"));
   kv.Add("tree nodes", HumanCount(st.tree_nodes()));
   kv.Add("namespaces", HumanCount(st.namespaces()));
+  kv.Add("refused", absl::StrCat(HumanCount(st.permission_denied()),
+                                 " calls (identity or role)"));
   kv.Add("invariants", st.invariants_ok() ? "ok" : "VIOLATED");
   kv.Print(out);
 }

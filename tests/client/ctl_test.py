@@ -161,6 +161,8 @@ class CtlTest(unittest.TestCase):
         self.assertIn("hit ratio:", out)
         self.assertIn("invariants:  ok", out)
         self.assertRegex(out, r"block keys:  \d+ by token walk, \d+ hashed")
+        self.assertRegex(out, r"fenced:  +\d+ pages.* quarantined \(0 leases\)")
+        self.assertRegex(out, r"refused:  +0 calls")
         self.assertGreater(u64(st["hashed_blocks"]), 0)
 
     def test_namespaces(self):
