@@ -89,7 +89,8 @@ class CudaModel {
   struct State;
   explicit CudaModel(std::unique_ptr<State> state);
 
-  const bool cublas_ = false;  // set at construction, then read-only
+  // Set at construction, then read-only (unread in a build without CUDA).
+  [[maybe_unused]] const bool cublas_ = false;
   absl::Mutex mu_;
   std::unique_ptr<State> state_ ABSL_GUARDED_BY(mu_);
 };

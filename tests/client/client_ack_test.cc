@@ -103,7 +103,9 @@ class FakeKvCache final : public v1::KvCache::Service {
   // Waits until `n` sessions were opened; returns the opens so far.
   std::vector<v1::OpenSession> WaitForOpens(size_t n) {
     absl::MutexLock lock(&mu_);
-    auto enough = [this, n] { return opens_.size() >= n; };
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return opens_.size() >= n;
+    };
     mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30));
     return opens_;
   }
