@@ -88,8 +88,7 @@ uint64_t Cache::MaxSessionPages() const {
 // Most ids OpenSession.acknowledge_sessions may list.
 constexpr int kMaxAcknowledged = 64;
 
-absl::Status Cache::Acknowledge(const v1::OpenSession& open,
-                                const Caller& caller) {
+absl::Status Cache::CheckAcknowledged(const v1::OpenSession& open) const {
   if (open.acknowledge_sessions_size() > kMaxAcknowledged) {
     return FieldError(absl::StatusCode::kInvalidArgument,
                       "open.acknowledge_sessions", v1::ERROR_REASON_INVALID,
@@ -100,9 +99,6 @@ absl::Status Cache::Acknowledge(const v1::OpenSession& open,
     RETURN_IF_ERROR(CheckString(
         absl::StrCat("open.acknowledge_sessions[", i, "]"),
         open.acknowledge_sessions(i), options_.max_string_bytes));
-  }
-  for (const std::string& id : open.acknowledge_sessions()) {
-    fences_.Acknowledge(id, caller.peer);
   }
   return absl::OkStatus();
 }
@@ -148,7 +144,7 @@ absl::Status Cache::OpenSession(const v1::OpenSession& open,
   ASSIGN_OR_RETURN(NamespaceSpec spec,
                    ValidateNamespace(open.namespace_(), options_));
   spec.cache_salt = AccessPolicy::EffectiveSalt(*caller.tenant, spec.cache_salt);
-  RETURN_IF_ERROR(Acknowledge(open, caller));
+  RETURN_IF_ERROR(CheckAcknowledged(open));
   if (sessions_.size() >= options_.sessions.max_sessions) {
     return FieldError(absl::StatusCode::kResourceExhausted, "sessions",
                       v1::ERROR_REASON_LIMIT,
@@ -169,6 +165,11 @@ absl::Status Cache::OpenSession(const v1::OpenSession& open,
                         .per_tenant = caller.tenant->max_sessions}));
   if (caller.peer.transport == PeerIdentity::Transport::kUnix) {
     fences_.AddWriter(session.owner, caller.peer.pid);
+  }
+  // Only an open that succeeds acknowledges: a refused one changes nothing
+  // and the client sends the same list again.
+  for (const std::string& id : open.acknowledge_sessions()) {
+    fences_.Acknowledge(id, caller.peer);
   }
   info->Clear();
   info->set_session_id(session.id);

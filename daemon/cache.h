@@ -196,8 +196,8 @@ class Cache {
                                          const Caller& caller);
   // The most pages one session's leases may hold.
   uint64_t MaxSessionPages() const;
-  // Checks OpenSession.acknowledge_sessions and releases what it names.
-  absl::Status Acknowledge(const v1::OpenSession& open, const Caller& caller);
+  // Checks OpenSession.acknowledge_sessions (count and sizes).
+  absl::Status CheckAcknowledged(const v1::OpenSession& open) const;
 
   const CacheOptions options_;
   const absl::Time started_;
