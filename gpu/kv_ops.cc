@@ -66,13 +66,23 @@ void MoveRows(const PageGeometry& geom, uint8_t* k, uint8_t* v,
   });
 }
 
-// Typed pages (fp16, bf16, fp8, int8): converts between the fp32 source
-// layout and the page encoding, one work item per (page, layer, K|V, head)
-// run, so a scaled run's amax, scale and codes come from one pass over the
-// slots this call writes (kv_ops_quant.h).
-void WriteRuns(const PageGeometry& geom, const float* k, const float* v,
-               uint32_t n_tokens, uint32_t layer_stride_tokens,
-               void* const* pages) {
+// One (page, layer, K|V, head) run of typed pages, as ForEachRun hands it
+// out: `row(s)` is the fp32 row of slot s (of `slots`) in the K or V tensor
+// the run belongs to, `run` its index in the page (== geom.run(layer, kv,
+// h)).
+struct RunRef {
+  uint64_t page = 0;
+  uint64_t run = 0;
+  uint32_t slots = 0;
+  size_t first_row = 0;  // element offset of slot 0's row in its tensor
+  uint32_t kv = 0;       // 0: K, 1: V
+};
+
+// Calls fn(RunRef) for every run of the pages holding n_tokens tokens, in
+// parallel, one work item per run.
+template <typename Fn>
+void ForEachRun(const PageGeometry& geom, uint32_t n_tokens,
+                uint32_t layer_stride_tokens, Fn&& fn) {
   const uint32_t H = geom.num_kv_heads, D = geom.head_dim;
   const uint32_t stride = layer_stride_tokens == 0 ? n_tokens : layer_stride_tokens;
   const uint64_t runs_per_page = uint64_t{geom.num_layers} * 2 * H;
@@ -82,36 +92,49 @@ void WriteRuns(const PageGeometry& geom, const float* k, const float* v,
       std::max<size_t>(1, kMinBytesPerThread / std::max<size_t>(1, run_bytes));
   ParallelFor(n_pages * runs_per_page, per_thread, [&](size_t begin, size_t end) {
     for (size_t item = begin; item < end; ++item) {
-      const uint64_t p = item / runs_per_page;
-      const uint64_t run = item % runs_per_page;  // == geom.run(layer, kv, h)
-      const uint32_t layer = static_cast<uint32_t>(run / (2 * H));
-      const uint32_t kv = static_cast<uint32_t>(run / H % 2);
-      const uint32_t h = static_cast<uint32_t>(run % H);
-      const uint32_t first = static_cast<uint32_t>(p * geom.page_size);
-      const uint32_t slots = std::min(geom.page_size, n_tokens - first);
-      const float* src = kv == 0 ? k : v;
-      auto row = [&](uint32_t s) {
-        return src + ((size_t{layer} * stride + first + s) * H + h) * D;
-      };
-      uint8_t* page = static_cast<uint8_t*>(pages[p]);
-      float scale = 1.0f;
-      if (geom.scaled()) {
-        float amax = 0.0f;
-        for (uint32_t s = 0; s < slots; ++s) {
-          const float* x = row(s);
-          for (uint32_t d = 0; d < D; ++d) amax = std::max(amax, std::fabs(x[d]));
-        }
-        scale = quant::ScaleForAmax(geom.dtype, amax);
-        std::memcpy(page + geom.scale_offset_bytes() + run * sizeof(float),
-                    &scale, sizeof(float));
+      RunRef r;
+      r.page = item / runs_per_page;
+      r.run = item % runs_per_page;
+      const uint32_t layer = static_cast<uint32_t>(r.run / (2 * H));
+      r.kv = static_cast<uint32_t>(r.run / H % 2);
+      const uint32_t h = static_cast<uint32_t>(r.run % H);
+      const uint32_t first = static_cast<uint32_t>(r.page * geom.page_size);
+      r.slots = std::min(geom.page_size, n_tokens - first);
+      r.first_row = ((size_t{layer} * stride + first) * H + h) * D;
+      fn(r);
+    }
+  });
+}
+
+// Typed pages (fp16, bf16, fp8, int8): converts between the fp32 source
+// layout and the page encoding, one work item per (page, layer, K|V, head)
+// run, so a scaled run's amax, scale and codes come from one pass over the
+// slots this call writes (kv_ops_quant.h).
+void WriteRuns(const PageGeometry& geom, const float* k, const float* v,
+               uint32_t n_tokens, uint32_t layer_stride_tokens,
+               void* const* pages) {
+  const uint32_t D = geom.head_dim;
+  const size_t row_step = size_t{geom.num_kv_heads} * D;  // slot to slot
+  ForEachRun(geom, n_tokens, layer_stride_tokens, [&](const RunRef& r) {
+    const float* src = (r.kv == 0 ? k : v) + r.first_row;
+    uint8_t* page = static_cast<uint8_t*>(pages[r.page]);
+    float scale = 1.0f;
+    if (geom.scaled()) {
+      float amax = 0.0f;
+      for (uint32_t s = 0; s < r.slots; ++s) {
+        const float* x = src + s * row_step;
+        for (uint32_t d = 0; d < D; ++d) amax = std::max(amax, std::fabs(x[d]));
       }
-      const uint64_t base = run * geom.head_elems();
-      for (uint32_t s = 0; s < slots; ++s) {
-        const float* x = row(s);
-        for (uint32_t d = 0; d < D; ++d) {
-          quant::EncodeElem(geom.dtype, quant::Scaled(geom.dtype, x[d], scale),
-                            page, base + uint64_t{s} * D + d);
-        }
+      scale = quant::ScaleForAmax(geom.dtype, amax);
+      std::memcpy(page + geom.scale_offset_bytes() + r.run * sizeof(float),
+                  &scale, sizeof(float));
+    }
+    const uint64_t base = r.run * geom.head_elems();
+    for (uint32_t s = 0; s < r.slots; ++s) {
+      const float* x = src + s * row_step;
+      for (uint32_t d = 0; d < D; ++d) {
+        quant::EncodeElem(geom.dtype, quant::Scaled(geom.dtype, x[d], scale),
+                          page, base + uint64_t{s} * D + d);
       }
     }
   });
@@ -120,32 +143,18 @@ void WriteRuns(const PageGeometry& geom, const float* k, const float* v,
 // The inverse of WriteRuns: decodes (and rescales) runs into fp32.
 void ReadRuns(const PageGeometry& geom, float* k, float* v, uint32_t n_tokens,
               uint32_t layer_stride_tokens, const void* const* pages) {
-  const uint32_t H = geom.num_kv_heads, D = geom.head_dim;
-  const uint32_t stride = layer_stride_tokens == 0 ? n_tokens : layer_stride_tokens;
-  const uint64_t runs_per_page = uint64_t{geom.num_layers} * 2 * H;
-  const uint64_t n_pages = PagesForTokens(geom, n_tokens);
-  const size_t run_bytes = size_t{geom.page_size} * D * sizeof(float);
-  const size_t per_thread =
-      std::max<size_t>(1, kMinBytesPerThread / std::max<size_t>(1, run_bytes));
-  ParallelFor(n_pages * runs_per_page, per_thread, [&](size_t begin, size_t end) {
-    for (size_t item = begin; item < end; ++item) {
-      const uint64_t p = item / runs_per_page;
-      const uint64_t run = item % runs_per_page;
-      const uint32_t layer = static_cast<uint32_t>(run / (2 * H));
-      const uint32_t kv = static_cast<uint32_t>(run / H % 2);
-      const uint32_t h = static_cast<uint32_t>(run % H);
-      const uint32_t first = static_cast<uint32_t>(p * geom.page_size);
-      const uint32_t slots = std::min(geom.page_size, n_tokens - first);
-      const void* page = pages[p];
-      const float scale = quant::PageScale(geom, page, run);
-      const uint64_t base = run * geom.head_elems();
-      float* dst = kv == 0 ? k : v;
-      for (uint32_t s = 0; s < slots; ++s) {
-        float* x = dst + ((size_t{layer} * stride + first + s) * H + h) * D;
-        for (uint32_t d = 0; d < D; ++d) {
-          x[d] = quant::Dequant(geom.dtype, page, base + uint64_t{s} * D + d,
-                                scale);
-        }
+  const uint32_t D = geom.head_dim;
+  const size_t row_step = size_t{geom.num_kv_heads} * D;
+  ForEachRun(geom, n_tokens, layer_stride_tokens, [&](const RunRef& r) {
+    const void* page = pages[r.page];
+    const float scale = quant::PageScale(geom, page, r.run);
+    const uint64_t base = r.run * geom.head_elems();
+    float* dst = (r.kv == 0 ? k : v) + r.first_row;
+    for (uint32_t s = 0; s < r.slots; ++s) {
+      float* x = dst + s * row_step;
+      for (uint32_t d = 0; d < D; ++d) {
+        x[d] = quant::Dequant(geom.dtype, page, base + uint64_t{s} * D + d,
+                              scale);
       }
     }
   });
