@@ -44,40 +44,58 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<PrefixCache> cache_, none_;
 };
 
-// A cache whose commits fail, as when the daemon restarts between the
-// Acquire and the Commit: pages are handed out and written, every Commit
-// answers UNAVAILABLE.
-class CommitFailsCache final : public PrefixCache {
+// A cache that passes everything to `inner` but one fault:
+//  - kCommitFails: every Commit answers UNAVAILABLE, as when the daemon
+//    restarts between the Acquire and the Commit (pages are handed out and
+//    written);
+//  - kLostWhileReading: the lease is lost while the worker reads it (the
+//    lease expired, the session ended): ConfirmRead overwrites the matched
+//    pages with garbage, as a new owner could, and reports the loss.
+class FaultyCache final : public PrefixCache {
  public:
-  explicit CommitFailsCache(PrefixCache* inner) : inner_(inner) {}
+  enum class Fault { kCommitFails, kLostWhileReading };
+  FaultyCache(PrefixCache* inner, Fault fault) : inner_(inner), fault_(fault) {}
   absl::StatusOr<std::unique_ptr<CacheLease>> Acquire(
       absl::Span<const uint32_t> tokens, bool allocate) override {
     absl::StatusOr<std::unique_ptr<CacheLease>> lease =
         inner_->Acquire(tokens, allocate);
     if (!lease.ok()) return lease.status();
-    return std::unique_ptr<CacheLease>(new Lease(*std::move(lease)));
+    return std::unique_ptr<CacheLease>(new Lease(*std::move(lease), fault_));
   }
-  std::string Describe() const override { return "commit-fails"; }
+  std::string Describe() const override { return "faulty"; }
 
  private:
   class Lease final : public CacheLease {
    public:
-    explicit Lease(std::unique_ptr<CacheLease> inner)
-        : inner_(std::move(inner)) {}
+    Lease(std::unique_ptr<CacheLease> inner, Fault fault)
+        : inner_(std::move(inner)), fault_(fault) {}
     uint32_t matched_blocks() const override { return inner_->matched_blocks(); }
     uint32_t new_blocks() const override { return inner_->new_blocks(); }
     void* page_address(size_t i) const override {
       return inner_->page_address(i);
     }
-    absl::Status Commit(uint32_t, bool) override {
-      return absl::UnavailableError("session ended");
+    absl::Status ConfirmRead() const override {
+      if (fault_ != Fault::kLostWhileReading) return inner_->ConfirmRead();
+      for (size_t i = 0; i < inner_->matched_blocks(); ++i) {
+        auto* f = static_cast<float*>(inner_->page_address(i));
+        for (int k = 0; k < 64; ++k) f[k] = 1e6f;
+      }
+      return absl::DeadlineExceededError("lease expired");
+    }
+    absl::Status Commit(uint32_t blocks, bool release) override {
+      if (fault_ == Fault::kCommitFails) {
+        return absl::UnavailableError("session ended");
+      }
+      return inner_->Commit(blocks, release);
     }
     absl::Status Release() override { return inner_->Release(); }
 
    private:
     std::unique_ptr<CacheLease> inner_;
+    const Fault fault_;
   };
   PrefixCache* inner_;
+  const Fault fault_;
 };
 
 // The cache going away between Acquire and Commit costs hits, never the
@@ -88,58 +106,13 @@ TEST_F(EngineTest, FailedCommitsDegradeToMisses) {
   o.decode_tokens = 8;
   o.commit_generated = true;
   const RunResult baseline = Run(none_.get(), prompt, o);
-  CommitFailsCache failing(cache_.get());
+  FaultyCache failing(cache_.get(), FaultyCache::Fault::kCommitFails);
   const RunResult r = Run(&failing, prompt, o);
   EXPECT_EQ(r.generated, baseline.generated);
   EXPECT_EQ(r.committed_blocks, 0u);
   EXPECT_EQ(r.committed_generated_blocks, 0u);
   EXPECT_EQ(Run(cache_.get(), prompt, o).matched_tokens, 0u);  // nothing cached
 }
-
-// A cache whose leases are lost while the worker reads them (the lease
-// expired, the session ended): the pages are overwritten with garbage, as a
-// new owner could, and ConfirmRead reports the loss.
-class LostLeaseCache final : public PrefixCache {
- public:
-  explicit LostLeaseCache(PrefixCache* inner) : inner_(inner) {}
-  absl::StatusOr<std::unique_ptr<CacheLease>> Acquire(
-      absl::Span<const uint32_t> tokens, bool allocate) override {
-    absl::StatusOr<std::unique_ptr<CacheLease>> lease =
-        inner_->Acquire(tokens, allocate);
-    if (!lease.ok()) return lease.status();
-    return std::unique_ptr<CacheLease>(new Lease(*std::move(lease)));
-  }
-  std::string Describe() const override { return "lost-lease"; }
-
- private:
-  class Lease final : public CacheLease {
-   public:
-    explicit Lease(std::unique_ptr<CacheLease> inner)
-        : inner_(std::move(inner)) {}
-    uint32_t matched_blocks() const override { return inner_->matched_blocks(); }
-    uint32_t new_blocks() const override { return inner_->new_blocks(); }
-    void* page_address(size_t i) const override {
-      return inner_->page_address(i);
-    }
-    absl::Status ConfirmRead() const override {
-      // Another writer got the pages: what the worker read is not this
-      // prefix's K/V.
-      for (size_t i = 0; i < inner_->matched_blocks(); ++i) {
-        auto* f = static_cast<float*>(inner_->page_address(i));
-        for (int k = 0; k < 64; ++k) f[k] = 1e6f;
-      }
-      return absl::DeadlineExceededError("lease expired");
-    }
-    absl::Status Commit(uint32_t blocks, bool release) override {
-      return inner_->Commit(blocks, release);
-    }
-    absl::Status Release() override { return inner_->Release(); }
-
-   private:
-    std::unique_ptr<CacheLease> inner_;
-  };
-  PrefixCache* inner_;
-};
 
 // Bytes read from pages the worker no longer held are never used: the
 // request is served again without the cache.
@@ -149,7 +122,7 @@ TEST_F(EngineTest, ALeaseLostWhileReadingIsAMiss) {
   o.decode_tokens = 6;
   const RunResult baseline = Run(none_.get(), prompt, o);
   ASSERT_EQ(Run(cache_.get(), prompt, o).committed_blocks, 5u);
-  LostLeaseCache lost(cache_.get());
+  FaultyCache lost(cache_.get(), FaultyCache::Fault::kLostWhileReading);
   const RunResult r = Run(&lost, prompt, o);
   EXPECT_TRUE(r.cache_degraded);
   EXPECT_EQ(r.matched_tokens, 0u);
