@@ -196,9 +196,8 @@ absl::StatusOr<SessionRef> Cache::FindSession(absl::string_view session_id,
 
 void Cache::CloseSession(absl::string_view session_id) {
   SessionEntry entry;
-  if (!sessions_.Get(session_id, &entry)) return;
-  const OwnerId owner = sessions_.Remove(session_id);
-  if (owner == kNoOwner) return;  // closed concurrently
+  const OwnerId owner = sessions_.Remove(session_id, &entry);
+  if (owner == kNoOwner) return;  // unknown, or closed already
   RadixTree* t = registry_.tree();
   if (t == nullptr) return;
   // Leases still open may be written by a process that is alive: fence

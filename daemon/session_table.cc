@@ -79,11 +79,13 @@ absl::StatusOr<SessionEntry> SessionTable::Create(
   return s;
 }
 
-OwnerId SessionTable::Remove(absl::string_view session_id) {
+OwnerId SessionTable::Remove(absl::string_view session_id,
+                             SessionEntry* removed) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return kNoOwner;
   const OwnerId owner = it->second.owner;
+  if (removed != nullptr) *removed = std::move(it->second);
   sessions_.erase(it);
   return owner;
 }

@@ -78,8 +78,8 @@ class SessionTable {
                                       const SessionLimits& limits);
 
   // Removes the session; returns its owner id (kNoOwner for an unknown id,
-  // so removing twice is harmless).
-  OwnerId Remove(absl::string_view session_id);
+  // so removing twice is harmless) and, with `removed`, the whole entry.
+  OwnerId Remove(absl::string_view session_id, SessionEntry* removed = nullptr);
 
   // The session's owner and binding, for a call from `peer`.
   // INVALID_ARGUMENT for an empty id, NOT_FOUND for an unknown one,
