@@ -19,9 +19,11 @@ namespace {
 
 // A batch holds at most this many block records and token ids, so that a
 // large burst (a Clear, a long prompt's commit) becomes a few messages of
-// bounded size rather than one huge one.
+// bounded size rather than one huge one: at most about 5 bytes per token
+// id plus 64 per block, 600 KiB. A subscriber that stops reading holds at
+// most --kv_events_hwm of them.
 constexpr size_t kMaxBatchBlocks = 4096;
-constexpr size_t kMaxBatchTokens = size_t{1} << 18;
+constexpr size_t kMaxBatchTokens = size_t{1} << 16;
 // How long one replay answer may wait for a slow requester in all.
 constexpr absl::Duration kReplaySendTimeout = absl::Seconds(10);
 // The publisher thread looks for events this often while they flow, and
@@ -84,6 +86,42 @@ std::string ReplayStatus(absl::string_view status, absl::string_view error,
 
 }  // namespace
 
+// Recycled payload buffers. Thread safety: Take on the publisher thread,
+// Return from whichever thread drops a payload's last reference (ZMQ's I/O
+// thread, the publisher or replay thread).
+class KvEventPublisher::PayloadPool {
+ public:
+  // At most this many idle buffers, each at most kMaxIdleBytes, are kept.
+  static constexpr size_t kMaxIdle = 32;
+  static constexpr size_t kMaxIdleBytes = size_t{8} << 20;
+
+  // A payload whose buffer goes back to `pool` when its last reference does.
+  static Payload Share(const std::shared_ptr<PayloadPool>& pool,
+                       std::unique_ptr<KvPayload> buffer) {
+    return Payload(buffer.release(), [pool](const KvPayload* p) {
+      pool->Return(std::unique_ptr<KvPayload>(const_cast<KvPayload*>(p)));
+    });
+  }
+
+  std::unique_ptr<KvPayload> Take() {
+    absl::MutexLock lock(&mu_);
+    if (idle_.empty()) return std::make_unique<KvPayload>();
+    std::unique_ptr<KvPayload> b = std::move(idle_.back());
+    idle_.pop_back();
+    return b;
+  }
+
+  void Return(std::unique_ptr<KvPayload> b) {
+    if (b->capacity() > kMaxIdleBytes) return;
+    absl::MutexLock lock(&mu_);
+    if (idle_.size() < kMaxIdle) idle_.push_back(std::move(b));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<KvPayload>> idle_ ABSL_GUARDED_BY(mu_);
+};
+
 struct KvEventPublisher::Sockets {
   zmq::context_t ctx{1};
   zmq::socket_t pub{ctx, zmq::socket_type::pub};
@@ -93,6 +131,7 @@ struct KvEventPublisher::Sockets {
 KvEventPublisher::KvEventPublisher(const KvEventsOptions& options,
                                    LoraResolver lora)
     : options_(options), lora_(std::move(lora)),
+      pool_(std::make_shared<PayloadPool>()),
       sockets_(std::make_unique<Sockets>()) {}
 
 absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(
@@ -266,7 +305,9 @@ void KvEventPublisher::PublishRecords(absl::Span<const KvRecord> records,
     }
     const absl::Span<const KvRecord> batch = records.subspan(begin, end - begin);
     const double ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-    Send(EncodeKvEventBatch(options_.encode, ts, batch, tokens, lora));
+    std::unique_ptr<KvPayload> buffer = pool_->Take();
+    EncodeKvEventBatch(options_.encode, ts, batch, tokens, lora, buffer.get());
+    Send(PayloadPool::Share(pool_, std::move(buffer)));
     events_.fetch_add(CountKvEvents(batch), std::memory_order_relaxed);
     blocks_.fetch_add(batch.size(), std::memory_order_relaxed);
     begin = end;
@@ -278,12 +319,11 @@ const std::string* KvEventPublisher::LoraOf(NamespaceId ns) {
   return it == lora_names_.end() ? nullptr : &it->second;
 }
 
-void KvEventPublisher::Send(std::string payload) {
+void KvEventPublisher::Send(Payload payload) {
   const uint64_t seq = next_seq_.load(std::memory_order_relaxed);
   // Kept (and numbered) before it is sent, so that a subscriber that has
   // received batch seq can always replay it.
-  auto kept = std::make_shared<const std::string>(std::move(payload));
-  Keep(seq, kept);
+  Keep(seq, payload);
   batches_.fetch_add(1, std::memory_order_relaxed);
   next_seq_.store(seq + 1, std::memory_order_release);
   zmq::socket_t& pub = sockets_->pub;
@@ -295,15 +335,13 @@ void KvEventPublisher::Send(std::string payload) {
              zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     pub.send(zmq::buffer(seq_bytes),
              zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-    // The kept payload itself goes out (no copy); the message holds a
-    // reference until ZMQ has sent it.
-    auto* ref = new std::shared_ptr<const std::string>(kept);
+    // The payload itself goes out (no copy); the message holds a reference
+    // until ZMQ has sent or dropped it.
+    const KvPayload& body = *payload;
+    auto* ref = new Payload(std::move(payload));
     zmq::message_t msg(
-        const_cast<char*>(kept->data()), kept->size(),
-        [](void*, void* hint) {
-          delete static_cast<std::shared_ptr<const std::string>*>(hint);
-        },
-        ref);
+        const_cast<char*>(body.data()), body.size(),
+        [](void*, void* hint) { delete static_cast<Payload*>(hint); }, ref);
     pub.send(msg, zmq::send_flags::dontwait);
   } catch (const zmq::error_t& e) {
     Log(LogLevel::kWarning, absl::StrCat("kv events: send: ", e.what()));
@@ -321,8 +359,9 @@ void KvEventPublisher::SkipSeq() {
                    seq, " skipped (subscribers resync)"));
 }
 
-void KvEventPublisher::Keep(uint64_t seq,
-                            std::shared_ptr<const std::string> payload) {
+void KvEventPublisher::Keep(uint64_t seq, Payload payload) {
+  // Without a replay socket nobody reads the kept batches.
+  if (options_.replay_endpoint.empty()) return;
   absl::MutexLock lock(&replay_mu_);
   kept_bytes_ += payload == nullptr ? 0 : payload->size();
   kept_.push_back(Kept{seq, std::move(payload)});
@@ -365,7 +404,7 @@ void KvEventPublisher::AnswerReplay(std::vector<std::string>& frames) {
   // thread waits, up to kReplaySendTimeout for the whole answer; a
   // requester that is gone (or too slow) ends the answer there.
   const absl::Time deadline = absl::Now() + kReplaySendTimeout;
-  auto reply = [&](const std::string& seq, const std::string& payload) {
+  auto reply = [&](const std::string& seq, absl::string_view payload) {
     try {
       while (!router.send(zmq::buffer(id), zmq::send_flags::sndmore |
                                                zmq::send_flags::dontwait)) {
@@ -378,7 +417,8 @@ void KvEventPublisher::AnswerReplay(std::vector<std::string>& frames) {
       }
       router.send(zmq::buffer(std::string()), zmq::send_flags::sndmore);
       router.send(zmq::buffer(seq), zmq::send_flags::sndmore);
-      router.send(zmq::buffer(payload), zmq::send_flags::none);
+      router.send(zmq::buffer(payload.data(), payload.size()),
+                  zmq::send_flags::none);
     } catch (const zmq::error_t& e) {
       if (e.num() == EHOSTUNREACH) return false;  // the requester left
       throw;
@@ -414,7 +454,7 @@ void KvEventPublisher::AnswerReplay(std::vector<std::string>& frames) {
       gap = true;
       continue;
     }
-    if (!reply(BigEndian64(k.seq), *k.payload)) return;
+    if (!reply(BigEndian64(k.seq), k.payload->view())) return;
   }
   std::string status;
   if (gap) {

@@ -78,7 +78,7 @@ struct KvEventsOptions {
   size_t replay_bytes = size_t{256} << 20;
   // PUB high-water mark: messages queued per subscriber before the socket
   // drops that subscriber's new ones.
-  int hwm = 100000;
+  int hwm = 1000;
   // Bytes of events waiting for the publisher thread before new ones are
   // dropped (and a sequence number skipped).
   size_t queue_bytes = size_t{256} << 20;
@@ -126,10 +126,12 @@ class KvEventPublisher final : public EventListener {
 
  private:
   struct Sockets;
+  class PayloadPool;
+  using Payload = std::shared_ptr<const KvPayload>;
   // A published batch kept for replay; null payload: a skipped number.
   struct Kept {
     uint64_t seq = 0;
-    std::shared_ptr<const std::string> payload;
+    Payload payload;
   };
 
   KvEventPublisher(const KvEventsOptions& options, LoraResolver lora);
@@ -138,15 +140,18 @@ class KvEventPublisher final : public EventListener {
   // Publishes records[0..) of the taken queue in batches.
   void PublishRecords(absl::Span<const KvRecord> records,
                       absl::Span<const uint32_t> tokens);
-  void Send(std::string payload);
+  void Send(Payload payload);
   void SkipSeq();
-  void Keep(uint64_t seq, std::shared_ptr<const std::string> payload);
+  void Keep(uint64_t seq, Payload payload);
   const std::string* LoraOf(NamespaceId ns);
   // Answers one replay request (frames as received by the ROUTER).
   void AnswerReplay(std::vector<std::string>& frames);
 
   const KvEventsOptions options_;
   const LoraResolver lora_;
+  // Payload buffers come from here and return when the last reference (the
+  // replay buffer's, or ZMQ's once a message is sent or dropped) goes.
+  const std::shared_ptr<PayloadPool> pool_;
   std::unique_ptr<Sockets> sockets_;
 
   // mu_ protects the pending queue, filled on the tree's threads.

@@ -1,6 +1,7 @@
 #include "daemon/kv_events_encode.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -9,13 +10,13 @@
 namespace radixkv::daemon {
 namespace {
 
-// The packer's output: appends to a string that becomes the payload, so
-// the encoded batch is written once and never copied.
-struct StringSink {
-  std::string* out;
-  void write(const char* data, size_t n) { out->append(data, n); }
+// The packer's output: the payload buffer itself, so the encoded batch is
+// written once and never copied.
+struct PayloadSink {
+  KvPayload* out;
+  void write(const char* data, size_t n) { out->Append(data, n); }
 };
-using Packer = msgpack::packer<StringSink>;
+using Packer = msgpack::packer<PayloadSink>;
 using Kind = KvRecord::Kind;
 
 // Event kinds' tags and the fixed values radixkvd publishes.
@@ -66,37 +67,32 @@ size_t RunEnd(absl::Span<const KvRecord> records, size_t i) {
 }
 
 // Appends token ids as msgpack unsigned integers in their shortest form
-// (what pack_uint32 writes), a block at a time: the token ids are most of
-// a BlockStored's bytes.
-void PackTokens(StringSink& buf, absl::Span<const uint32_t> tokens) {
-  char tmp[5 * 64];
-  while (!tokens.empty()) {
-    const size_t n = std::min<size_t>(tokens.size(), 64);
-    char* p = tmp;
-    for (uint32_t t : tokens.first(n)) {
-      if (t < 0x80) {
-        *p++ = static_cast<char>(t);
-      } else if (t < 0x100) {
-        *p++ = static_cast<char>(0xcc);
-        *p++ = static_cast<char>(t);
-      } else if (t < 0x10000) {
-        *p++ = static_cast<char>(0xcd);
-        *p++ = static_cast<char>(t >> 8);
-        *p++ = static_cast<char>(t);
-      } else {
-        *p++ = static_cast<char>(0xce);
-        *p++ = static_cast<char>(t >> 24);
-        *p++ = static_cast<char>(t >> 16);
-        *p++ = static_cast<char>(t >> 8);
-        *p++ = static_cast<char>(t);
-      }
-    }
-    buf.write(tmp, static_cast<size_t>(p - tmp));
-    tokens.remove_prefix(n);
+// (what pack_uint32 writes), straight into the payload: the token ids are
+// most of a BlockStored's bytes. Each id is written as one 8-byte store of
+// its tag and big-endian value bytes, of which its encoded length counts;
+// the 8 - 5 bytes of slack past the last id stay uncommitted.
+void PackTokens(KvPayload* out, absl::Span<const uint32_t> tokens) {
+  // By size class: 0 positive fixint, 1 uint8, 2 uint16, 3 uint32.
+  static constexpr uint8_t kLength[4] = {1, 2, 3, 5};
+  static constexpr uint8_t kTag[4] = {0, 0xcc, 0xcd, 0xce};
+  static constexpr uint8_t kShift[4] = {0, 56, 48, 32};
+  static_assert(std::endian::native == std::endian::little);
+  char* const start = out->Extend(tokens.size() * 5 + 8);
+  char* p = start;
+  for (const uint32_t t : tokens) {
+    const int c = (t >= 0x80) + (t >= 0x100) + (t >= 0x10000);
+    // bswap64 puts the id's bytes, most significant first, at the top of
+    // the word; the shift brings the c-th class's value bytes down to
+    // bytes 1.. (little-endian store order), after the tag in byte 0.
+    const uint64_t value = __builtin_bswap64(uint64_t{t}) >> kShift[c];
+    const uint64_t word = c == 0 ? uint64_t{t} : (value << 8) | kTag[c];
+    std::memcpy(p, &word, 8);
+    p += kLength[c];
   }
+  out->Commit(static_cast<size_t>(p - start));
 }
 
-void PackStored(StringSink& buf, Packer& pk, const KvEncodeOptions& o,
+void PackStored(KvPayload* buf, Packer& pk, const KvEncodeOptions& o,
                 absl::Span<const KvRecord> run,
                 absl::Span<const uint32_t> tokens, LoraLookup lora) {
   const KvRecord& first = run.front();
@@ -204,18 +200,26 @@ size_t CountKvEvents(absl::Span<const KvRecord> records) {
   return n;
 }
 
-std::string EncodeKvEventBatch(const KvEncodeOptions& options, double ts,
-                               absl::Span<const KvRecord> records,
-                               absl::Span<const uint32_t> tokens,
-                               LoraLookup lora) {
+void KvPayload::Grow(size_t n) {
+  const size_t capacity = std::max(size_ + n, capacity_ * 2);
+  std::unique_ptr<char[]> data(new char[capacity]);
+  if (size_ != 0) std::memcpy(data.get(), data_.get(), size_);
+  data_ = std::move(data);
+  capacity_ = capacity;
+}
+
+void EncodeKvEventBatch(const KvEncodeOptions& options, double ts,
+                        absl::Span<const KvRecord> records,
+                        absl::Span<const uint32_t> tokens, LoraLookup lora,
+                        KvPayload* out) {
   // Room for the whole batch up front: each token id takes at most 5
   // bytes, a record's hash, tags and fields well under 64.
   size_t n_tokens = 0;
   for (const KvRecord& r : records) n_tokens += r.token_count;
-  std::string payload;
-  payload.reserve(64 + records.size() * 64 + n_tokens * 5);
-  StringSink buf{&payload};
-  Packer pk(buf);
+  out->clear();
+  out->Extend(64 + records.size() * 64 + n_tokens * 5);
+  PayloadSink sink{out};
+  Packer pk(sink);
   pk.pack_array(3);
   pk.pack_double(ts);
   pk.pack_array(static_cast<uint32_t>(CountKvEvents(records)));
@@ -224,7 +228,7 @@ std::string EncodeKvEventBatch(const KvEncodeOptions& options, double ts,
     const absl::Span<const KvRecord> run = records.subspan(i, j - i);
     switch (records[i].kind) {
       case Kind::kStored:
-        PackStored(buf, pk, options, run, tokens, lora);
+        PackStored(out, pk, options, run, tokens, lora);
         break;
       case Kind::kRemoved: PackRemoved(pk, options, run); break;
       case Kind::kCleared: PackCleared(pk, options); break;
@@ -232,7 +236,15 @@ std::string EncodeKvEventBatch(const KvEncodeOptions& options, double ts,
     i = j;
   }
   pk.pack_int64(options.data_parallel_rank);
-  return payload;
+}
+
+std::string EncodeKvEventBatch(const KvEncodeOptions& options, double ts,
+                               absl::Span<const KvRecord> records,
+                               absl::Span<const uint32_t> tokens,
+                               LoraLookup lora) {
+  KvPayload payload;
+  EncodeKvEventBatch(options, ts, records, tokens, lora, &payload);
+  return std::string(payload.view());
 }
 
 }  // namespace radixkv::daemon

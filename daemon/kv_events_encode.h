@@ -20,6 +20,8 @@
 #define RADIXKV_DAEMON_KV_EVENTS_ENCODE_H_
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 
 #include "absl/functional/function_ref.h"
@@ -68,8 +70,49 @@ using LoraLookup = absl::FunctionRef<const std::string*(NamespaceId ns)>;
 // How many events `records` become (runs grouped as described above).
 size_t CountKvEvents(absl::Span<const KvRecord> records);
 
+// A growable byte buffer whose spare capacity is left uninitialised: the
+// encoder writes a batch straight into it, and the publisher recycles them,
+// so that a steady event flow allocates (and faults in) no new memory.
+class KvPayload {
+ public:
+  KvPayload() = default;
+  KvPayload(const KvPayload&) = delete;
+  KvPayload& operator=(const KvPayload&) = delete;
+
+  const char* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  size_t capacity() const { return capacity_; }
+  absl::string_view view() const { return {data_.get(), size_}; }
+  // Empties the buffer; the capacity stays.
+  void clear() { size_ = 0; }
+
+  // Makes room for `n` more bytes and returns where they go; the caller
+  // writes at most `n` bytes there and then calls Commit with the count.
+  char* Extend(size_t n) {
+    if (capacity_ - size_ < n) Grow(n);
+    return data_.get() + size_;
+  }
+  void Commit(size_t n) { size_ += n; }
+  void Append(const char* p, size_t n) {
+    std::memcpy(Extend(n), p, n);
+    size_ += n;
+  }
+
+ private:
+  void Grow(size_t n);
+
+  std::unique_ptr<char[]> data_;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
 // Encodes `records` (tokens: the array their token_offset indexes) as one
-// EventBatch stamped `ts` (Unix seconds).
+// EventBatch stamped `ts` (Unix seconds), replacing `*out`'s contents.
+void EncodeKvEventBatch(const KvEncodeOptions& options, double ts,
+                        absl::Span<const KvRecord> records,
+                        absl::Span<const uint32_t> tokens, LoraLookup lora,
+                        KvPayload* out);
+// The same batch as a string.
 std::string EncodeKvEventBatch(const KvEncodeOptions& options, double ts,
                                absl::Span<const KvRecord> records,
                                absl::Span<const uint32_t> tokens,

@@ -136,9 +136,11 @@ ABSL_FLAG(uint64_t, kv_events_replay_buffer, 10000,
           "KV event batches kept for replay");
 ABSL_FLAG(uint64_t, kv_events_replay_bytes, uint64_t{256} << 20,
           "payload bytes of KV event batches kept for replay at most");
-ABSL_FLAG(int32_t, kv_events_hwm, 100000,
+ABSL_FLAG(int32_t, kv_events_hwm, 1000,
           "KV event messages queued per subscriber before that subscriber's "
-          "new ones are dropped (it sees a sequence gap)");
+          "new ones are dropped (it sees a sequence gap); the messages are "
+          "shared, so subscribers that stop reading hold at most this many "
+          "batches (each at most 600 KiB) of memory in all");
 ABSL_FLAG(uint64_t, kv_events_queue_bytes, uint64_t{256} << 20,
           "KV events waiting for the publisher thread at most; beyond it "
           "events are dropped and a sequence number is skipped");
