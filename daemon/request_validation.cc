@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "radixkv/defaults.h"
@@ -114,6 +115,17 @@ absl::StatusOr<NamespaceSpec> ValidateNamespace(const v1::Namespace& ns,
     return Invalid("namespace.tp_rank",
                    absl::StrCat(ns.tp_rank(), " must be below namespace.tp_size=",
                                 tp_size));
+  }
+  if (ns.has_cross_layer()) {
+    // A cross-layer layout is part of the namespace identity and fixes the
+    // page size (docs/CONTRACTS.md §2.2); refuse one no worker can serve.
+    const CrossLayerKv layout{ns.cross_layer().shared_from_layer(),
+                              ns.cross_layer().local_window()};
+    if (std::optional<CrossLayerProblem> bad =
+            CheckCrossLayerKv(ns.num_layers(), layout)) {
+      return Invalid(absl::StrCat("namespace.cross_layer.", bad->field),
+                     bad->message);
+    }
   }
   NamespaceSpec spec = NamespaceFromProto(ns);
   const unsigned __int128 bytes =

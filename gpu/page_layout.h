@@ -18,6 +18,13 @@
 // element area's size rounded up to 16 bytes. A run's element e encodes
 // x / scale; x = decode(e) * scale. fp32, fp16 and bf16 pages have no scale
 // area. See gpu/kv_ops_quant.h for the encodings.
+//
+// Cross-layer pages (docs/CONTRACTS.md §2.2): a namespace whose layers
+// [s, num_layers) share one K/V bank stores s + 1 KV groups per page, the
+// per-layer K/V of layers 0 .. s-1 followed by the bank once. Its geometry
+// is an ordinary PageGeometry with num_layers = s + 1 ("layer" indexes the
+// group), so every kernel here reads and writes such pages unchanged;
+// CrossLayerGroups() gives the count.
 #ifndef RADIXKV_GPU_PAGE_LAYOUT_H_
 #define RADIXKV_GPU_PAGE_LAYOUT_H_
 
@@ -115,6 +122,16 @@ struct PageGeometry {
            (dtype == KvDType::kOpaque || elem_bytes == KvDTypeBytes(dtype));
   }
 };
+
+// KV groups of a page whose layers [shared_from_layer, num_layers) share one
+// bank: shared_from_layer per-layer groups plus the bank. 0 unless
+// 1 <= shared_from_layer < num_layers.
+RADIXKV_HD constexpr uint32_t CrossLayerGroups(uint32_t num_layers,
+                                               uint32_t shared_from_layer) {
+  return shared_from_layer == 0 || shared_from_layer >= num_layers
+             ? 0
+             : shared_from_layer + 1;
+}
 
 // The geometry of a page of `dtype` (elem_bytes from the dtype).
 RADIXKV_HD PageGeometry MakePageGeometry(uint32_t num_layers,

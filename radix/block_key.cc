@@ -154,18 +154,25 @@ size_t DTypeBytes(DType d) {
   return 0;
 }
 
+uint32_t NamespaceSpec::KvGroups() const {
+  if (!cross_layer.has_value()) return num_layers;
+  const uint32_t s = cross_layer->shared_from_layer;
+  return s == 0 || s >= num_layers ? 0 : s + 1;
+}
+
 uint64_t NamespaceSpec::PageBytes() const {
   const uint64_t elem = DTypeBytes(dtype);
-  if (elem == 0 || num_layers == 0 || num_kv_heads == 0 || page_size == 0 ||
+  const uint32_t groups = KvGroups();
+  if (elem == 0 || groups == 0 || num_kv_heads == 0 || page_size == 0 ||
       head_dim == 0) {
     return 0;
   }
-  return uint64_t{num_layers} * 2 * num_kv_heads * page_size * head_dim * elem;
+  return uint64_t{groups} * 2 * num_kv_heads * page_size * head_dim * elem;
 }
 
 BlockKey NamespaceRoot(const NamespaceSpec& ns) {
   std::string b;
-  b.reserve(64 + ns.model.size() + ns.model_revision.size() + ns.lora.size() +
+  b.reserve(100 + ns.model.size() + ns.model_revision.size() + ns.lora.size() +
             ns.cache_salt.size());
   PutStr(&b, "radixkv.ns.v1");
   PutStr(&b, ns.model);
@@ -179,6 +186,11 @@ BlockKey NamespaceRoot(const NamespaceSpec& ns) {
   PutU32(&b, static_cast<uint32_t>(ns.dtype));
   PutU32(&b, ns.tp_rank);
   PutU32(&b, ns.tp_size);
+  if (ns.cross_layer.has_value()) {
+    PutStr(&b, kCrossLayerTag);
+    PutU32(&b, ns.cross_layer->shared_from_layer);
+    PutU32(&b, ns.cross_layer->local_window);
+  }
   return Hash(b.data(), b.size());
 }
 

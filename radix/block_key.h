@@ -16,6 +16,12 @@
 // str(s) = u32(len) || bytes, and extras_i = u32(count) || (str(tag) ||
 // str(value)) * count (v1 workers send none: u32(0)).
 //
+// ns_bytes is the eleven namespace fields; a namespace with a cross-layer KV
+// layout appends str("radixkv.layout.xlayer.v1") || u32(shared_from_layer)
+// || u32(local_window). The eleven-field form is self-delimiting, so a
+// namespace without a layout hashes exactly as before and never shares a
+// root (hence a block) with one that has a layout.
+//
 // Workers in any language must compute identical keys; tests/data/
 // block_key_vectors.json pins the function down.
 //
@@ -28,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,6 +106,28 @@ enum class DType : uint32_t {
 // Bytes per element of `d`; 0 for kUnspecified or an unknown value.
 size_t DTypeBytes(DType d);
 
+// A cross-layer KV layout (docs/CONTRACTS.md §1.2 and §2.2): layers
+// [0, shared_from_layer) keep their own K/V; layers [shared_from_layer,
+// num_layers) all read one shared bank, written once per position; each of
+// those upper layers may also keep a local window of its own K/V over the
+// last `local_window` tokens, which lives outside pages (a worker rebuilds
+// it on a hit). A page holds shared_from_layer + 1 KV groups: the lower
+// layers' K/V in layer order, then the bank. Serveable layouts have
+// 1 <= shared_from_layer < num_layers and local_window <=
+// kMaxCrossLayerWindow; the hash is defined for every value.
+struct CrossLayerKv {
+  uint32_t shared_from_layer = 0;
+  uint32_t local_window = 0;
+
+  friend bool operator==(const CrossLayerKv&, const CrossLayerKv&) = default;
+};
+
+// The largest local window a serveable cross-layer layout may declare.
+inline constexpr uint32_t kMaxCrossLayerWindow = 65536;
+
+// The tag that starts a cross-layer layout's bytes in ns_bytes.
+inline constexpr char kCrossLayerTag[] = "radixkv.layout.xlayer.v1";
+
 // Everything that makes KV reusable (docs/CONCEPTS.md). Blocks are shared only
 // between requests with equal NamespaceSpecs.
 struct NamespaceSpec {
@@ -113,9 +142,17 @@ struct NamespaceSpec {
   DType dtype = DType::kUnspecified;
   uint32_t tp_rank = 0;
   uint32_t tp_size = 1;
+  // Unset: per-layer KV (every layer's K/V in each page).
+  std::optional<CrossLayerKv> cross_layer;
 
-  // page_bytes = num_layers * 2 * num_kv_heads * page_size * head_dim *
-  // DTypeBytes(dtype); 0 when the layout is incomplete.
+  // KV groups a page holds: num_layers, or shared_from_layer + 1 with a
+  // cross-layer layout; 0 for a cross-layer layout that is not serveable
+  // (shared_from_layer 0 or >= num_layers).
+  uint32_t KvGroups() const;
+
+  // page_bytes = KvGroups() * 2 * num_kv_heads * page_size * head_dim *
+  // DTypeBytes(dtype), without the scale area of fp8/int8 pages
+  // (NamespacePageBytes adds it); 0 when the layout is incomplete.
   uint64_t PageBytes() const;
 
   friend bool operator==(const NamespaceSpec&, const NamespaceSpec&) = default;

@@ -1,11 +1,14 @@
 // radixkvctl commands about prompts and block keys: match, explain, hash,
 // size, version. hash, size and version work without a daemon.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "client/ctl/ctl.h"
@@ -182,6 +185,141 @@ int RunHash(Context& ctx) {
 
 // ---- size ---------------------------------------------------------------------
 
+// The KV bytes of `tokens` tokens for one layout: `groups` K/V groups per
+// token (layers, or with a cross-layer layout the lower layers plus the
+// bank).
+struct SizeResult {
+  uint64_t bytes = 0;       // tokens' K/V plus each page's scale area
+  uint64_t per_token = 0;   // groups x 2 x kv_heads x head_dim x dtype bytes
+  uint64_t page_bytes = 0;  // scale area included
+  uint64_t scale_bytes = 0;
+};
+
+// INVALID_ARGUMENT when a result does not fit in 64 bits.
+absl::StatusOr<SizeResult> SizeOf(const NamespaceSpec& spec, uint64_t tokens) {
+  const uint64_t groups = spec.KvGroups();
+  const unsigned __int128 per_token128 = static_cast<unsigned __int128>(groups) *
+                                         2 * spec.num_kv_heads * spec.head_dim *
+                                         DTypeBytes(spec.dtype);
+  const uint64_t pages = (tokens + spec.page_size - 1) / spec.page_size;
+  const unsigned __int128 elems_page128 = per_token128 * spec.page_size;
+  if (per_token128 * tokens > ~uint64_t{0} || elems_page128 > (uint64_t{1} << 62)) {
+    return absl::InvalidArgumentError("size: the result does not fit in 64 bits");
+  }
+  // fp8 and int8 pages also hold one fp32 scale per group, K|V and KV head
+  // (docs/CONTRACTS.md §2.1): NamespacePageBytes is the page size a pool
+  // uses.
+  SizeResult r;
+  r.scale_bytes = NamespaceScaleBytes(spec);
+  const unsigned __int128 page128 = elems_page128 + r.scale_bytes;
+  const unsigned __int128 bytes128 =
+      per_token128 * tokens + static_cast<unsigned __int128>(pages) * r.scale_bytes;
+  if (bytes128 > ~uint64_t{0} ||
+      static_cast<unsigned __int128>(pages) * page128 > ~uint64_t{0}) {
+    return absl::InvalidArgumentError("size: the result does not fit in 64 bits");
+  }
+  r.bytes = static_cast<uint64_t>(bytes128);
+  r.per_token = static_cast<uint64_t>(per_token128);
+  r.page_bytes = static_cast<uint64_t>(page128);
+  return r;
+}
+
+// --layout: "per-layer" (the default) or "xlayer:S[:W]" (layers S.. share
+// one bank; W, the local window, is checked but holds no page bytes). Sets
+// spec->cross_layer for xlayer. INVALID_ARGUMENT names --layout and the
+// limit.
+absl::Status ParseSizeLayout(const std::string& layout, NamespaceSpec* spec) {
+  if (layout.empty() || layout == "per-layer") return absl::OkStatus();
+  std::vector<std::string> parts = absl::StrSplit(layout, ':');
+  uint32_t s = 0, w = 0;
+  if (parts.size() < 2 || parts.size() > 3 || parts[0] != "xlayer" ||
+      !absl::SimpleAtoi(parts[1], &s) ||
+      (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &w))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layout=", layout, ": want per-layer or xlayer:S[:W] (layers S.. "
+        "share one K/V bank; W, the local window in tokens)"));
+  }
+  const CrossLayerKv x{s, w};
+  if (std::optional<CrossLayerProblem> bad = CheckCrossLayerKv(spec->num_layers, x)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layout=", layout, ": ",
+        bad->field == "local_window" ? "W (local_window) " : "S (shared_from_layer) ",
+        bad->message));
+  }
+  spec->cross_layer = x;
+  return absl::OkStatus();
+}
+
+// Prints `size`'s answer: r for spec's layout, per_layer for the same model
+// with per-layer KV (equal to r without a cross-layer layout).
+void PrintSize(Context& ctx, const NamespaceSpec& spec, uint64_t tokens,
+               const SizeResult& r, const SizeResult& per_layer) {
+  const uint64_t pages = (tokens + spec.page_size - 1) / spec.page_size;
+  const uint64_t elem = DTypeBytes(spec.dtype);
+  const bool xl = spec.cross_layer.has_value();
+  const std::string layout =
+      xl ? absl::StrCat("xlayer:", spec.cross_layer->shared_from_layer)
+         : "per-layer";
+  auto json = [&] {
+    nlohmann::ordered_json j;
+    j["bytes"] = r.bytes;
+    j["pages"] = pages;
+    j["page_bytes"] = r.page_bytes;
+    j["bytes_per_token"] = r.per_token;
+    j["tokens"] = tokens;
+    j["page_size"] = spec.page_size;
+    j["scale_bytes_per_page"] = r.scale_bytes;
+    if (xl) {
+      j["layout"] = layout;
+      j["local_window"] = spec.cross_layer->local_window;
+      j["kv_groups"] = spec.KvGroups();
+      j["shared_layers"] = spec.num_layers - spec.cross_layer->shared_from_layer;
+      j["per_layer_bytes"] = per_layer.bytes;
+      j["per_layer_bytes_per_token"] = per_layer.per_token;
+      j["saved_bytes"] = per_layer.bytes - r.bytes;
+    }
+    return j.dump();
+  };
+  PrintResult(ctx, json, [&] {
+    KeyValueList kv;
+    kv.Add("kv bytes", absl::StrCat(HumanBytes(r.bytes), " (", r.bytes, " B)"));
+    const std::string groups =
+        xl ? absl::StrCat(spec.cross_layer->shared_from_layer, " layers + 1 bank")
+           : absl::StrCat(spec.num_layers, " layers");
+    kv.Add("per token", absl::StrCat(HumanBytes(r.per_token), " (", groups,
+                                     " x 2 x ", spec.num_kv_heads,
+                                     " kv heads x ", spec.head_dim, " dims x ",
+                                     elem, " B)"));
+    if (xl) {
+      kv.Add("layout", absl::StrCat(
+                           layout, ": layers 0-",
+                           spec.cross_layer->shared_from_layer - 1,
+                           " keep their own K/V, layers ",
+                           spec.cross_layer->shared_from_layer, "-",
+                           spec.num_layers - 1, " share one bank (",
+                           spec.KvGroups(), " groups instead of ",
+                           spec.num_layers, ")"));
+      kv.Add("per-layer kv", absl::StrCat(HumanBytes(per_layer.bytes), " (",
+                                          per_layer.bytes, " B)"));
+      kv.Add("saved", absl::StrCat(HumanBytes(per_layer.bytes - r.bytes), " (",
+                                   Percent(per_layer.bytes - r.bytes,
+                                           per_layer.bytes),
+                                   " of per-layer)"));
+    }
+    kv.Add("pages", absl::StrCat(pages, " of ", spec.page_size, " tokens"));
+    kv.Add("page bytes", HumanBytes(r.page_bytes));
+    if (r.scale_bytes > 0) {
+      kv.Add("scales", absl::StrCat(r.scale_bytes, " B per page (",
+                                    spec.KvGroups(), xl ? " groups" : " layers",
+                                    " x 2 x ", spec.num_kv_heads,
+                                    " kv heads x 4 B fp32, 16 B aligned)"));
+    }
+    kv.Add("pool bytes", absl::StrCat(HumanBytes(pages * r.page_bytes),
+                                      " (whole pages)"));
+    kv.Print(*ctx.out);
+  });
+}
+
 int RunSize(Context& ctx) {
   constexpr uint64_t kU32Max = 0xffffffffu;
   auto need = [&](const char* name) { return ctx.args.RequireUint(name, 1, kU32Max); };
@@ -199,63 +337,23 @@ int RunSize(Context& ctx) {
   }
   absl::StatusOr<DType> dtype = ParseDType(ctx.args.Get("dtype"));
   if (!dtype.ok()) return BadArgs(ctx, std::string(dtype.status().message()));
-  const uint64_t elem = DTypeBytes(*dtype);
-  // K and V (x2) of every layer and KV head, per token.
-  const unsigned __int128 per_token128 =
-      static_cast<unsigned __int128>(*layers) * 2 * *heads * *dim * elem;
-  const uint64_t pages = (*tokens + *page - 1) / *page;
-  const unsigned __int128 elems_page128 = per_token128 * *page;
-  if (per_token128 * *tokens > ~uint64_t{0} || elems_page128 > (uint64_t{1} << 62)) {
-    return BadArgs(ctx, "size: the result does not fit in 64 bits");
-  }
-  // fp8 and int8 pages also hold one fp32 scale per layer, K|V and KV head
-  // (docs/CONTRACTS.md §2.1): NamespacePageBytes is the page size a pool
-  // uses.
   NamespaceSpec spec;
   spec.num_layers = static_cast<uint32_t>(*layers);
   spec.num_kv_heads = static_cast<uint32_t>(*heads);
   spec.head_dim = static_cast<uint32_t>(*dim);
   spec.page_size = static_cast<uint32_t>(*page);
   spec.dtype = *dtype;
-  const uint64_t scale_bytes = NamespaceScaleBytes(spec);
-  const unsigned __int128 page128 = elems_page128 + scale_bytes;
-  const unsigned __int128 bytes128 =
-      per_token128 * *tokens + static_cast<unsigned __int128>(pages) * scale_bytes;
-  if (bytes128 > ~uint64_t{0} ||
-      static_cast<unsigned __int128>(pages) * page128 > ~uint64_t{0}) {
-    return BadArgs(ctx, "size: the result does not fit in 64 bits");
+  NamespaceSpec plain = spec;
+  const std::string layout = ctx.args.Get("layout", "per-layer");
+  if (absl::Status st = ParseSizeLayout(layout, &spec); !st.ok()) {
+    return BadArgs(ctx, std::string(st.message()));
   }
-  const uint64_t per_token = static_cast<uint64_t>(per_token128);
-  const uint64_t bytes = static_cast<uint64_t>(bytes128);
-  const uint64_t page_bytes = static_cast<uint64_t>(page128);
-  auto json = [&] {
-    nlohmann::ordered_json j;
-    j["bytes"] = bytes;
-    j["pages"] = pages;
-    j["page_bytes"] = page_bytes;
-    j["bytes_per_token"] = per_token;
-    j["tokens"] = *tokens;
-    j["page_size"] = *page;
-    j["scale_bytes_per_page"] = scale_bytes;
-    return j.dump();
-  };
-  return PrintResult(ctx, json, [&] {
-    KeyValueList kv;
-    kv.Add("kv bytes", absl::StrCat(HumanBytes(bytes), " (", bytes, " B)"));
-    kv.Add("per token", absl::StrCat(HumanBytes(per_token), " (", *layers,
-                                     " layers x 2 x ", *heads, " kv heads x ",
-                                     *dim, " dims x ", elem, " B)"));
-    kv.Add("pages", absl::StrCat(pages, " of ", *page, " tokens"));
-    kv.Add("page bytes", HumanBytes(page_bytes));
-    if (scale_bytes > 0) {
-      kv.Add("scales", absl::StrCat(scale_bytes, " B per page (", *layers,
-                                    " layers x 2 x ", *heads,
-                                    " kv heads x 4 B fp32, 16 B aligned)"));
-    }
-    kv.Add("pool bytes", absl::StrCat(HumanBytes(pages * page_bytes),
-                                      " (whole pages)"));
-    kv.Print(*ctx.out);
-  });
+  absl::StatusOr<SizeResult> r = SizeOf(spec, *tokens);
+  absl::StatusOr<SizeResult> per_layer = SizeOf(plain, *tokens);
+  if (!r.ok()) return BadArgs(ctx, std::string(r.status().message()));
+  if (!per_layer.ok()) return BadArgs(ctx, std::string(per_layer.status().message()));
+  PrintSize(ctx, spec, *tokens, *r, *per_layer);
+  return kExitOk;
 }
 
 // ---- version --------------------------------------------------------------------
@@ -319,18 +417,26 @@ std::vector<Command> KeyCommands() {
       {"size", keys,
        "KV-cache bytes of a token count for a model layout (offline)", "",
        "radixkvctl size --layers=24 --kv-heads=8 --head-dim=64 --dtype=fp16 "
-       "--tokens=4096",
+       "--tokens=4096\nradixkvctl size --layers=40 --kv-heads=8 "
+       "--head-dim=128 --dtype=bf16 --tokens=4096 --layout=xlayer:21",
        "bytes = layers x 2 (K and V) x kv_heads x head_dim x dtype bytes x "
        "tokens, plus for fp8_e4m3, fp8_e5m2 and int8 each page's scale area "
        "(layers x 2 x kv_heads fp32 scales); pages = ceil(tokens / "
-       "page_size); page_bytes includes the scales.",
+       "page_size); page_bytes includes the scales. With "
+       "--layout=xlayer:S the layers from S on share one K/V bank: S + 1 "
+       "groups take the place of the layers, and the answer adds the "
+       "per-layer bytes and the saving (docs/CONTRACTS.md section 2.2).",
        {{"layers", true, "number of layers (required)"},
         {"kv-heads", true, "KV heads (required)"},
         {"head-dim", true, "head dimension (required)"},
         {"dtype", true, "fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (required)",
          DTypeNames()},
         {"tokens", true, "token count (required)"},
-        {"page-size", true, "tokens per page (default 16)"}},
+        {"page-size", true, "tokens per page (default 16)"},
+        {"layout", true,
+         "per-layer (default) or xlayer:S[:W]: layers S.. share one K/V bank "
+         "(1 <= S < layers; W, the local window, <= 65536, holds no page "
+         "bytes)"}},
        RunSize},
       {"version", keys,
        "Print radixkvctl's version (and the daemon's when reachable)", "",

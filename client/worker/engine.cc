@@ -86,6 +86,8 @@ absl::StatusOr<RunResult> Engine::RunOnce(absl::Span<const uint32_t> prompt,
   PrefixView prefix;
   prefix.tokens = prefix_tokens;
   prefix.device_pages = lease->device_pages();
+  // A cross-layer model rebuilds its windows from the prefix's last tokens.
+  prefix.recent_tokens = prompt.subspan(0, prefix_tokens);
   for (uint32_t i = 0; i < (prefix_tokens + ps - 1) / ps; ++i) {
     const void* p = lease->page_address(i);
     if (p == nullptr) {

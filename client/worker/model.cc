@@ -8,63 +8,18 @@
 #include "absl/strings/str_join.h"
 #include "client/worker/cuda_model.h"
 #include "client/worker/matmul.h"
+#include "client/worker/model_internal.h"
+#include "client/worker/xlayer_model.h"
 #include "gpu/attention.h"
 #include "gpu/kv_parallel.h"
+#include "radix/status_macros.h"
 
 namespace radixkv::worker {
 namespace {
 
-// Counter-based generator: a SplitMix64 finaliser of (seed, tensor, index),
-// mapped to uniform [-1, 1). Any element can be regenerated independently.
-inline uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-std::vector<float> Uniform(uint64_t seed, uint64_t tensor, size_t n,
-                           float scale) {
-  std::vector<float> out(n);
-  const uint64_t base = Mix(seed ^ Mix(tensor));
-  gpu::ParallelFor(n, size_t{1} << 20, [&](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) {
-      const uint64_t r = Mix(base + i);
-      const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
-      out[i] = (2.0f * u - 1.0f) * scale;
-    }
-  });
-  return out;
-}
-
-// Norm gains near 1 so the norms are not the identity.
-std::vector<float> NormGain(uint64_t seed, uint64_t tensor, size_t n) {
-  std::vector<float> g = Uniform(seed, tensor, n, 0.1f);
-  for (float& x : g) x += 1.0f;
-  return g;
-}
-
-void RmsNorm(const float* x, const float* gain, float* out, size_t rows,
-             size_t d, float eps) {
-  for (size_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * d;
-    float ss = 0.0f;
-    for (size_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-    float* o = out + r * d;
-    for (size_t i = 0; i < d; ++i) o[i] = xr[i] * inv * gain[i];
-  }
-}
-
-// Rotates pairs (x[i], x[i + D/2]) of one head by pos * inv_freq[i].
-void Rope(float* x, uint32_t head_dim, const float* cos_t, const float* sin_t) {
-  const uint32_t half = head_dim / 2;
-  for (uint32_t i = 0; i < half; ++i) {
-    const float a = x[i], b = x[i + half];
-    x[i] = a * cos_t[i] - b * sin_t[i];
-    x[i + half] = a * sin_t[i] + b * cos_t[i];
-  }
-}
+using internal::NormGain;
+using internal::RmsNorm;
+using internal::Uniform;
 
 }  // namespace
 
@@ -159,7 +114,12 @@ absl::Status ModelConfig::Validate() const {
   if (std::string(KvDTypeName(kv_dtype)) == "?")
     return bad("kv_dtype", static_cast<uint32_t>(kv_dtype),
                "must be fp32, fp16, bf16, fp8_e4m3, fp8_e5m2 or int8 (1..6)");
+  if (xlayer.has_value()) return ValidateXLayer(*this);
   return absl::OkStatus();
+}
+
+uint32_t ModelConfig::KvGroups() const {
+  return xlayer.has_value() ? xlayer->shared_from + 1 : num_layers;
 }
 
 NamespaceSpec ModelConfig::Namespace() const {
@@ -174,11 +134,15 @@ NamespaceSpec ModelConfig::Namespace() const {
   ns.head_dim = head_dim;
   ns.page_size = page_size;
   ns.dtype = kv_dtype;
+  if (xlayer.has_value()) {
+    absl::StrAppend(&ns.model_revision, ";xlayer_topk=", xlayer->top_k);
+    ns.cross_layer = CrossLayerKv{xlayer->shared_from, xlayer->window};
+  }
   return ns;
 }
 
 PageGeometry ModelConfig::Geometry() const {
-  return MakePageGeometry(num_layers, num_kv_heads, page_size, head_dim,
+  return MakePageGeometry(KvGroups(), num_kv_heads, page_size, head_dim,
                           static_cast<KvDType>(kv_dtype));
 }
 
@@ -186,8 +150,14 @@ uint64_t ModelConfig::ParameterCount() const {
   const uint64_t d = d_model, qd = uint64_t{num_q_heads} * head_dim,
                  kvd = uint64_t{num_kv_heads} * head_dim;
   const uint64_t per_layer = 2 * d + d * (qd + 2 * kvd) + qd * d + 3 * d * ffn_dim;
-  return uint64_t{vocab} * d * (tied_embeddings ? 1 : 2) + d +
-         per_layer * num_layers;
+  const uint64_t shared = uint64_t{vocab} * d * (tied_embeddings ? 1 : 2) + d;
+  if (xlayer.has_value()) {
+    // Every layer as above (an upper layer's Q and window K/V projections
+    // are as big as a lower layer's QKV), plus the encoder norm and the bank
+    // projection.
+    return shared + per_layer * num_layers + d + d * 2 * kvd;
+  }
+  return shared + per_layer * num_layers;
 }
 
 absl::StatusOr<ModelConfig> NamedModelConfig(absl::string_view name) {
@@ -222,6 +192,9 @@ absl::StatusOr<ModelConfig> NamedModelConfig(absl::string_view name) {
 
 double ForwardFlops(const ModelConfig& c, uint64_t context_tokens,
                     uint64_t new_tokens) {
+  if (c.xlayer.has_value()) {
+    return XLayerForwardFlops(c, context_tokens, new_tokens);
+  }
   const double d = c.d_model, qd = double(c.num_q_heads) * c.head_dim,
                kvd = double(c.num_kv_heads) * c.head_dim;
   const double matmul_per_token =
@@ -238,7 +211,7 @@ double ForwardFlops(const ModelConfig& c, uint64_t context_tokens,
 LocalKv::LocalKv(const ModelConfig& config, uint32_t capacity_tokens)
     : capacity_(capacity_tokens),
       token_floats_(size_t{config.num_kv_heads} * config.head_dim),
-      k_(size_t{config.num_layers} * capacity_tokens * token_floats_),
+      k_(size_t{config.KvGroups()} * capacity_tokens * token_floats_),
       v_(k_.size()) {}
 
 Model::Model(const ModelConfig& config) : config_(config) {}
@@ -254,7 +227,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
   const float in_d = 1.0f / std::sqrt(float(d));
   uint64_t tensor = 0;
   m->embedding_ = Uniform(c.seed, ++tensor, size_t{c.vocab} * d, 1.0f);
-  for (uint32_t l = 0; l < c.num_layers; ++l) {
+  const uint32_t kv_layers =
+      c.xlayer.has_value() ? c.xlayer->shared_from : c.num_layers;
+  for (uint32_t l = 0; l < kv_layers; ++l) {
     Layer layer;
     layer.attn_norm = NormGain(c.seed, ++tensor, d);
     layer.wqkv = Uniform(c.seed, ++tensor, d * (qd + 2 * kvd), in_d);
@@ -278,6 +253,20 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config,
   for (uint32_t i = 0; i < c.head_dim / 2; ++i) {
     m->inv_freq_[i] = static_cast<float>(
         std::pow(double(c.rope_theta), -2.0 * i / double(c.head_dim)));
+  }
+  if (c.xlayer.has_value()) {
+    m->GenerateXLayerWeights(&tensor);
+    // The cross-layer forward pass exists on the CPU only.
+    if (device == Device::kCuda) {
+      return absl::FailedPreconditionError(
+          "--layout=xlayer runs on the CPU only: the cuda device has no "
+          "cross-layer KV path (use --device=cpu)");
+    }
+    if (device == Device::kAuto) {
+      m->device_note_ =
+          "device auto: --layout=xlayer runs on the CPU only; using the CPU path";
+    }
+    return m;
   }
   if (device == Device::kCpu) return m;
   absl::StatusOr<std::unique_ptr<CudaModel>> cuda = CudaModel::Create(*m);
@@ -335,77 +324,73 @@ absl::StatusOr<std::vector<float>> Model::Forward(
         "device pages");
   }
   if (cuda_ != nullptr) return cuda_->Forward(prefix, local, tokens);
-  const size_t d = c.d_model, hd = c.head_dim, hq = c.num_q_heads,
-               hkv = c.num_kv_heads, qd = hq * hd, kvd = hkv * hd,
-               f = c.ffn_dim, qkv_w = qd + 2 * kvd;
+  if (c.xlayer.has_value()) return ForwardXLayer(prefix, local, tokens);
+  const size_t d = c.d_model;
   const uint32_t first_local = local->size_;
-  const uint64_t first_pos = uint64_t{prefix.tokens} + first_local;
-
-  std::vector<float> x(m * d), h(m * d), qkv(m * qkv_w), q(m * qd),
-      attn(m * qd), gu(m * 2 * f), act(m * f);
-  for (size_t i = 0; i < m; ++i) {
-    std::memcpy(&x[i * d], &embedding_[size_t{tokens[i]} * d], d * sizeof(float));
-  }
-  // RoPE tables for the new positions.
-  const size_t half = hd / 2;
-  std::vector<float> cos_t(m * half), sin_t(m * half);
-  for (size_t i = 0; i < m; ++i) {
-    for (size_t j = 0; j < half; ++j) {
-      const double angle = double(first_pos + i) * inv_freq_[j];
-      cos_t[i * half + j] = static_cast<float>(std::cos(angle));
-      sin_t[i * half + j] = static_cast<float>(std::sin(angle));
-    }
-  }
-  const gpu::AttentionShape shape{c.num_q_heads, c.num_kv_heads, c.head_dim, 0};
-  const PageGeometry geom = c.Geometry();
-
+  internal::ForwardScratch s(c, m);
+  Embed(tokens, s.x.data());
+  const internal::RopeTables rope(inv_freq_, uint64_t{prefix.tokens} + first_local, m);
   for (uint32_t l = 0; l < c.num_layers; ++l) {
-    const Layer& w = layers_[l];
-    RmsNorm(x.data(), w.attn_norm.data(), h.data(), m, d, c.norm_eps);
-    MatMul(h.data(), w.wqkv.data(), qkv.data(), m, d, qkv_w, false);
-    for (size_t i = 0; i < m; ++i) {
-      const float* row = &qkv[i * qkv_w];
-      float* qi = &q[i * qd];
-      float* ki = local->k(l, first_local + static_cast<uint32_t>(i));
-      float* vi = local->v(l, first_local + static_cast<uint32_t>(i));
-      std::memcpy(qi, row, qd * sizeof(float));
-      std::memcpy(ki, row + qd, kvd * sizeof(float));
-      std::memcpy(vi, row + qd + kvd, kvd * sizeof(float));
-      for (size_t head = 0; head < hq; ++head)
-        Rope(qi + head * hd, c.head_dim, &cos_t[i * half], &sin_t[i * half]);
-      for (size_t head = 0; head < hkv; ++head)
-        Rope(ki + head * hd, c.head_dim, &cos_t[i * half], &sin_t[i * half]);
-    }
-    const gpu::AttentionIo io{q.data(), static_cast<uint32_t>(m),
-                              local->k(l, 0), local->v(l, 0),
-                              first_local + static_cast<uint32_t>(m),
-                              attn.data()};
-    if (absl::Status s = gpu::AttentionPrefixSuffix(
-            shape, gpu::PrefixPages{geom, l, prefix.tokens}, prefix.pages, io);
-        !s.ok()) {
-      return s;
-    }
-    MatMul(attn.data(), w.wo.data(), x.data(), m, qd, d, true);
-    RmsNorm(x.data(), w.mlp_norm.data(), h.data(), m, d, c.norm_eps);
-    MatMul(h.data(), w.wgateup.data(), gu.data(), m, d, 2 * f, false);
-    for (size_t i = 0; i < m; ++i) {
-      const float* g = &gu[i * 2 * f];
-      const float* u = g + f;
-      float* a = &act[i * f];
-      for (size_t j = 0; j < f; ++j) a[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
-    }
-    MatMul(act.data(), w.wdown.data(), x.data(), m, f, d, true);
+    RETURN_IF_ERROR(RunKvLayer(l, prefix, local, first_local, rope, &s));
   }
   local->size_ += static_cast<uint32_t>(m);
-  // Only the last token's logits are needed.
-  std::vector<float> last(d), logits(c.vocab);
-  RmsNorm(&x[(m - 1) * d], final_norm_.data(), last.data(), 1, d, c.norm_eps);
-  MatMul(last.data(), head_.data(), logits.data(), 1, d, c.vocab, false);
+  return Logits(&s.x[(m - 1) * d]);
+}
+
+void Model::Embed(absl::Span<const uint32_t> tokens, float* x) const {
+  const size_t d = config_.d_model;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::memcpy(&x[i * d], &embedding_[size_t{tokens[i]} * d], d * sizeof(float));
+  }
+}
+
+std::vector<float> Model::Logits(const float* x) const {
+  const ModelConfig& c = config_;
+  std::vector<float> last(c.d_model), logits(c.vocab);
+  RmsNorm(x, final_norm_.data(), last.data(), 1, c.d_model, c.norm_eps);
+  MatMul(last.data(), head_.data(), logits.data(), 1, c.d_model, c.vocab, false);
   return logits;
+}
+
+absl::Status Model::RunKvLayer(uint32_t l, const PrefixView& prefix,
+                               LocalKv* local, uint32_t first_local,
+                               const internal::RopeTables& rope,
+                               internal::ForwardScratch* s) const {
+  const ModelConfig& c = config_;
+  const Layer& w = layers_[l];
+  const size_t m = s->m, d = c.d_model, hd = c.head_dim, hq = c.num_q_heads,
+               hkv = c.num_kv_heads, qd = hq * hd, kvd = hkv * hd,
+               f = c.ffn_dim, qkv_w = qd + 2 * kvd;
+  RmsNorm(s->x.data(), w.attn_norm.data(), s->h.data(), m, d, c.norm_eps);
+  MatMul(s->h.data(), w.wqkv.data(), s->qkv.data(), m, d, qkv_w, false);
+  for (size_t i = 0; i < m; ++i) {
+    const float* row = &s->qkv[i * qkv_w];
+    float* qi = &s->q[i * qd];
+    float* ki = local->k(l, first_local + static_cast<uint32_t>(i));
+    float* vi = local->v(l, first_local + static_cast<uint32_t>(i));
+    std::memcpy(qi, row, qd * sizeof(float));
+    std::memcpy(ki, row + qd, kvd * sizeof(float));
+    std::memcpy(vi, row + qd + kvd, kvd * sizeof(float));
+    rope.Apply(qi, hq, i);
+    rope.Apply(ki, hkv, i);
+  }
+  const gpu::AttentionShape shape{c.num_q_heads, c.num_kv_heads, c.head_dim, 0};
+  const gpu::AttentionIo io{s->q.data(), static_cast<uint32_t>(m),
+                            local->k(l, 0), local->v(l, 0),
+                            first_local + static_cast<uint32_t>(m),
+                            s->attn.data()};
+  RETURN_IF_ERROR(gpu::AttentionPrefixSuffix(
+      shape, gpu::PrefixPages{c.Geometry(), l, prefix.tokens}, prefix.pages, io));
+  MatMul(s->attn.data(), w.wo.data(), s->x.data(), m, qd, d, true);
+  internal::MlpBlock(w.mlp_norm.data(), w.wgateup.data(), w.wdown.data(), m, d,
+                     f, c.norm_eps, s->x.data(), s->h.data(), s->gu.data(),
+                     s->act.data());
+  return absl::OkStatus();
 }
 
 void Model::ForEachWeight(const WeightVisitor& visit) const {
   const ModelConfig& c = config_;
+  if (c.xlayer.has_value()) return;
   const uint64_t d = c.d_model, qd = uint64_t{c.num_q_heads} * c.head_dim,
                  kvd = uint64_t{c.num_kv_heads} * c.head_dim, f = c.ffn_dim;
   visit("embedding", {c.vocab, d}, embedding_);

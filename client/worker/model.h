@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,11 @@
 namespace radixkv::worker {
 
 class CudaModel;  // cuda_model.h
+struct XLayerWeights;  // xlayer_model.h
+namespace internal {
+struct ForwardScratch;  // model_internal.h
+struct RopeTables;
+}  // namespace internal
 
 // Where a Model runs its forward passes.
 enum class Device { kAuto, kCpu, kCuda };
@@ -84,6 +90,19 @@ std::vector<DType> AllKvDTypes();
 // rounding for fp32, the quantisation error otherwise.
 double KvDTypeTolerance(DType dtype);
 
+// Cross-layer KV (client/worker/xlayer_model.h): layers [0, shared_from)
+// keep their own K/V; layers [shared_from, num_layers) read one shared bank
+// written once per position from the input of layer shared_from, choosing
+// `top_k` bank positions per query, plus their own K/V of the last `window`
+// tokens.
+struct XLayerConfig {
+  uint32_t shared_from = 1;  // S: in 1..num_layers-1
+  uint32_t window = 64;      // W: 0..kMaxCrossLayerWindow; 0 = no window
+  uint32_t top_k = 64;       // bank positions per query; 0 = every position
+
+  friend bool operator==(const XLayerConfig&, const XLayerConfig&) = default;
+};
+
 struct ModelConfig {
   std::string name = "tiny";
   uint32_t num_layers = 2;
@@ -101,19 +120,28 @@ struct ModelConfig {
   // Encoding of cached K/V pages; part of the namespace (a page of one
   // dtype never serves a request of another).
   DType kv_dtype = DType::kFloat32;
+  // Set: the cross-layer KV variant (xlayer_model.h); unset: per-layer KV.
+  std::optional<XLayerConfig> xlayer;
 
   // INVALID_ARGUMENT naming the field: zero sizes, num_q_heads not a
   // multiple of num_kv_heads, odd head_dim (RoPE rotates pairs), sizes above
-  // sane limits (layers <= 256, d_model/ffn_dim <= 65536, vocab <= 1<<22).
+  // sane limits (layers <= 256, d_model/ffn_dim <= 65536, vocab <= 1<<22),
+  // a cross-layer layout outside CheckCrossLayerKv's limits or top_k above
+  // 1<<20.
   absl::Status Validate() const;
+
+  // KV groups of a page: num_layers, or xlayer->shared_from + 1 (the lower
+  // layers, then the bank).
+  uint32_t KvGroups() const;
 
   // The namespace this model's blocks live in: model "radixkv-reference/
   // <name>", a revision string that encodes every weight-shaping field and
   // the seed (so two configurations never share K/V), the KV layout and
-  // kv_dtype.
+  // kv_dtype; a cross-layer model also sets cross_layer (shared_from,
+  // window) and adds top_k to the revision.
   NamespaceSpec Namespace() const;
-  // The page geometry of the namespace layout (dtype kv_dtype; page_bytes()
-  // equals NamespacePageBytes(Namespace())).
+  // The page geometry of the namespace layout (dtype kv_dtype, KvGroups()
+  // groups; page_bytes() equals NamespacePageBytes(Namespace())).
   PageGeometry Geometry() const;
   // Number of weights (embedding, layers, final norm, separate head).
   uint64_t ParameterCount() const;
@@ -132,6 +160,11 @@ struct PrefixView {
   // The pages are device pointers (a mapped cuda pool); only a Model on the
   // cuda device can read them.
   bool device_pages = false;
+  // Cross-layer models with a local window: the token ids of the prefix's
+  // last min(tokens, window) positions (more are allowed; the last ones are
+  // used). The request's first Forward re-runs them to rebuild the upper
+  // layers' windows. Ignored by per-layer models.
+  absl::Span<const uint32_t> recent_tokens;
 };
 
 // A LocalKv's device mirror (cuda_model.cc); opaque elsewhere.
@@ -141,10 +174,12 @@ struct DeviceKvDeleter {
 };
 
 // One request's local K/V cache: the tokens after the prefix that this
-// request computed itself. Layout per tensor: [layer][capacity][kv_head][dim]
-// (the write_kv source layout with layer_stride_tokens == capacity), so full
-// blocks can be written to pages straight from here. Move-only; owned by one
-// request.
+// request computed itself. Layout per tensor: [group][capacity][kv_head][dim]
+// (the write_kv source layout with layer_stride_tokens == capacity; a group
+// is a layer, or for a cross-layer model a lower layer or the bank), so full
+// blocks can be written to pages straight from here. A cross-layer model's
+// request also keeps its windows and the prefix's bank here (XLayerState).
+// Move-only; owned by one request.
 class LocalKv {
  public:
   LocalKv(const ModelConfig& config, uint32_t capacity_tokens);
@@ -178,12 +213,31 @@ class LocalKv {
   // Created by the first CUDA Forward; kept in sync with k_/v_ for tokens
   // < size_.
   std::unique_ptr<DeviceKv, DeviceKvDeleter> device_;
+
+  // Cross-layer models only (xlayer_model.cc), set up by the request's
+  // first Forward.
+  struct XLayerState {
+    bool ready = false;
+    // The prefix's bank (pages' last group) in fp32: [prefix token][kv_head]
+    // [dim], bank_tokens of them.
+    std::vector<float> bank_k, bank_v;
+    uint32_t bank_tokens = 0;
+    // Each upper layer's own K/V, [upper layer][window_capacity][kv_head]
+    // [dim]; index j holds absolute position window_base + j. Positions
+    // window_base .. prefix end came from the rebuild, later ones from this
+    // request's tokens.
+    std::vector<float> win_k, win_v;
+    uint32_t window_capacity = 0;
+    uint32_t window_base = 0;
+  };
+  XLayerState xl_;
 };
 
 // FLOPs of a forward pass of `new_tokens` tokens after `context_tokens`
 // tokens of context (prefix + local), counting matmuls (2 per multiply-add),
 // attention (QK^T and PV over the visible keys) and the output head for the
-// last token only.
+// last token only. A cross-layer model's count is XLayerForwardFlops's
+// (the window rebuild of a cached context included).
 double ForwardFlops(const ModelConfig& config, uint64_t context_tokens,
                     uint64_t new_tokens);
 
@@ -224,7 +278,8 @@ class Model {
                                              LocalKv* local,
                                              absl::Span<const uint32_t> tokens) const;
 
-  // Calls visit(name, shape, values) once for every host weight tensor the
+  // Per-layer models only (a cross-layer model visits nothing). Calls
+  // visit(name, shape, values) once for every host weight tensor the
   // forward pass uses, row-major, in this order: "embedding" [vocab,
   // d_model]; per layer l, "layers.<l>." + "attn_norm" [d_model], "wqkv"
   // [d_model, (q_heads + 2 kv_heads) head_dim], "wo" [q_heads head_dim,
@@ -244,6 +299,33 @@ class Model {
     std::vector<float> attn_norm, wqkv, wo, mlp_norm, wgateup, wdown;
   };
 
+  // x[i] = embedding of tokens[i].
+  void Embed(absl::Span<const uint32_t> tokens, float* x) const;
+  // The output head's logits for one final hidden state x [d_model].
+  std::vector<float> Logits(const float* x) const;
+  // Layer `l` with its own K/V (group l of the pages and of `local`) on the
+  // s->m tokens at local positions first_local ..: writes their K/V into
+  // `local`, attends over prefix + local, runs the MLP; s->x in place.
+  absl::Status RunKvLayer(uint32_t l, const PrefixView& prefix, LocalKv* local,
+                          uint32_t first_local, const internal::RopeTables& rope,
+                          internal::ForwardScratch* s) const;
+
+  // The cross-layer forward pass and its parts (xlayer_model.cc).
+  // ProjectEncoder's bank_local value that skips the bank write (a rebuild:
+  // the prefix's bank is already in pages).
+  static constexpr uint32_t kNoBankWrite = ~0u;
+  absl::StatusOr<std::vector<float>> ForwardXLayer(
+      const PrefixView& prefix, LocalKv* local,
+      absl::Span<const uint32_t> tokens) const;
+  absl::Status PrepareXLayer(const PrefixView& prefix, LocalKv* local) const;
+  void ProjectEncoder(const internal::RopeTables& rope, uint64_t first_pos,
+                      LocalKv* local, uint32_t bank_local,
+                      internal::ForwardScratch* s) const;
+  void RunUpperLayer(uint32_t u, uint64_t first_pos, LocalKv* local,
+                     const internal::RopeTables& rope,
+                     internal::ForwardScratch* s) const;
+  void GenerateXLayerWeights(uint64_t* tensor);
+
   ModelConfig config_;
   std::vector<float> embedding_;  // [vocab][d_model]
   std::vector<float> head_;       // [d_model][vocab] (transposed embedding when tied)
@@ -252,6 +334,9 @@ class Model {
   std::vector<float> inv_freq_;   // RoPE, [head_dim / 2]
   std::unique_ptr<CudaModel> cuda_;  // set: the CUDA path
   std::string device_note_;
+  // Cross-layer models: layers_ holds the shared_from lower layers; these are
+  // the bank projection and the upper layers (xlayer_model.h).
+  std::unique_ptr<XLayerWeights> xlayer_;
 
   friend class CudaModel;  // reads the host weights to upload them
 };

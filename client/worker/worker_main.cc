@@ -8,6 +8,8 @@
 //   run, bench: [--device auto|cpu|cuda]
 //   run, bench, export-weights:
 //               [--kv-dtype fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8]
+//   run, bench: [--layout per-layer|xlayer [--xlayer-from S]
+//               [--xlayer-window W] [--xlayer-topk K]]
 //   radixkv-worker export-weights [--model tiny] --out FILE [model overrides]
 //
 // `run` serves each prompt through radixkvd (skipping its cached prefix) and
@@ -44,6 +46,7 @@
 #include "client/worker/model.h"
 #include "client/worker/prefix_cache.h"
 #include "client/worker/weights_export.h"
+#include "client/worker/xlayer_bench.h"
 #include "gpu/kv_parallel.h"
 #include "nlohmann/json.hpp"
 #include "radix/status_macros.h"
@@ -140,7 +143,35 @@ struct ModelFlags {
   uint32_t seed = 0;
   CLI::Option* seed_option = nullptr;
   std::vector<Override> overrides;
+  // Cross-layer KV (xlayer_model.h); xlayer_from 0: num_layers / 2.
+  std::string layout = "per-layer";
+  uint32_t xlayer_from = 0;
+  uint32_t xlayer_window = XLayerConfig().window;
+  uint32_t xlayer_topk = XLayerConfig().top_k;
 };
+
+// The cross-layer flags of run and bench.
+void AddLayoutFlags(CLI::App* cmd, ModelFlags* f) {
+  constexpr char kGroup[] = "Cross-layer KV (--layout=xlayer, CPU only)";
+  cmd->add_option("--layout", f->layout,
+                  "per-layer: every layer keeps its own K/V; xlayer:\n"
+                  "layers from --xlayer-from on share one K/V bank\n"
+                  "(part of the namespace)")
+      ->check(CLI::IsMember({"per-layer", "xlayer"}))
+      ->capture_default_str()
+      ->group(kGroup);
+  AddUint(cmd, "--xlayer-from", &f->xlayer_from,
+          "S: first layer reading the bank, 1..layers-1\n"
+          "(0: layers / 2, at least 1)")
+      ->group(kGroup);
+  AddUint(cmd, "--xlayer-window", &f->xlayer_window,
+          "W: tokens of each upper layer's local window\n"
+          "(0: none; at most 65536)")
+      ->group(kGroup);
+  AddUint(cmd, "--xlayer-topk", &f->xlayer_topk,
+          "bank positions each query reads (0: all)")
+      ->group(kGroup);
+}
 
 void AddModelFlags(CLI::App* cmd, const std::string& default_model,
                    ModelFlags* f) {
@@ -196,6 +227,13 @@ absl::StatusOr<ModelConfig> ModelFromFlags(const ModelFlags& f) {
   if (f.seed_option->count() > 0) c.seed = f.seed;
   if (f.tied) c.tied_embeddings = true;
   ASSIGN_OR_RETURN(c.kv_dtype, ParseKvDType(f.kv_dtype));
+  if (f.layout == "xlayer") {
+    c.xlayer = XLayerConfig{
+        .shared_from = f.xlayer_from != 0 ? f.xlayer_from
+                                          : std::max(1u, c.num_layers / 2),
+        .window = f.xlayer_window,
+        .top_k = f.xlayer_topk};
+  }
   RETURN_IF_ERROR(c.Validate());
   return c;
 }
@@ -255,6 +293,7 @@ CLI::App* AddRunCommand(CLI::App& app, RunFlags* f) {
       ->capture_default_str()
       ->group("Daemon");
   AddModelFlags(cmd, "tiny", &f->model);
+  AddLayoutFlags(cmd, &f->model);
   return cmd;
 }
 
@@ -289,7 +328,14 @@ constexpr char kBenchFooter[] =
     "  radixkv-worker bench --device cpu --model small --prefix-tokens 1856 "
     "--suffix-tokens 192\n"
     "  radixkv-worker bench --model small --kv-dtype fp8_e4m3 "
-    "--eval-prompts 16";
+    "--eval-prompts 16\n\n"
+    "With --layout=xlayer the cross-layer model and the per-layer model of\n"
+    "the same depth and width are measured side by side on the CPU, same\n"
+    "prompt: keys per_layer and xlayer (kv_groups, page_bytes,\n"
+    "bytes_per_token, window_bytes_per_request, kv_bytes_for_prompt,\n"
+    "ttft_uncached_s, ttft_cached_s, speedup, ideal_speedup,\n"
+    "max_abs_logit_diff) and bytes_per_token_ratio, ttft_cached_ratio.\n"
+    "  radixkv-worker bench --model small --layout xlayer --xlayer-from 2";
 
 CLI::App* AddBenchCommand(CLI::App& app, BenchFlags* f) {
   CLI::App* cmd = app.add_subcommand("bench", "Time to first token uncached "
@@ -308,6 +354,7 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchFlags* f) {
           "greedy tokens per evaluation prompt (>= 1)");
   cmd->add_flag("--json", f->json, "accepted; the output is JSON either way");
   AddModelFlags(cmd, "small", &f->model);
+  AddLayoutFlags(cmd, &f->model);
   return cmd;
 }
 
@@ -588,6 +635,17 @@ void PrintBenchResult(const BenchFlags& f, const ModelConfig& config,
 int BenchCommand(const BenchFlags& f) {
   absl::StatusOr<ModelConfig> config = ModelFromFlags(f.model);
   if (!config.ok()) return Fail(config.status());
+  if (config->xlayer.has_value()) {
+    if (f.eval_prompts > 0) {
+      return Fail(absl::InvalidArgumentError(
+          "--eval-prompts is not available with --layout=xlayer"));
+    }
+    absl::StatusOr<nlohmann::ordered_json> j = XLayerBench(
+        *config, {f.prefix_tokens, f.suffix_tokens, f.repeat});
+    if (!j.ok()) return Fail(j.status());
+    std::printf("%s\n", j->dump().c_str());
+    return 0;
+  }
   absl::StatusOr<Device> device = ParseDevice(f.model.device);
   if (!device.ok()) return Fail(device.status());
   const uint32_t p = f.prefix_tokens;

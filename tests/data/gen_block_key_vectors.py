@@ -11,7 +11,11 @@ implementation against its output.
   root     = H(str("radixkv.ns.v1") || str(model) || str(model_revision)
                || str(lora) || str(cache_salt) || u32(num_layers)
                || u32(num_kv_heads) || u32(head_dim) || u32(page_size)
-               || u32(dtype) || u32(tp_rank) || u32(tp_size))
+               || u32(dtype) || u32(tp_rank) || u32(tp_size)
+               || layout)
+  layout   = empty for a namespace without a cross-layer layout (every v1
+             vector), else str("radixkv.layout.xlayer.v1")
+             || u32(shared_from_layer) || u32(local_window)
   key[i]   = H(parent || u32(n) || u32(t) * n || extras_i),
              parent = root for i = 0, key[i-1] after; extras_i = u32(0) for v1
              workers, or u32(count) || (str(tag) || str(value)) * count.
@@ -46,6 +50,10 @@ def root_of(ns):
     for field in ("num_layers", "num_kv_heads", "head_dim", "page_size",
                   "dtype", "tp_rank", "tp_size"):
         b += u32(ns[field])
+    layout = ns.get("cross_layer")
+    if layout is not None:
+        b += s("radixkv.layout.xlayer.v1") + u32(layout["shared_from_layer"])
+        b += u32(layout["local_window"])
     return h(b)
 
 
@@ -118,6 +126,33 @@ CASES = [
     ("page32_mixed", namespace(page_size=32, num_kv_heads=1), lcg_tokens(14, 70)),
 ]
 
+
+def xlayer(shared_from_layer, local_window):
+    return {"shared_from_layer": shared_from_layer, "local_window": local_window}
+
+
+# Namespaces with a cross-layer KV layout. They are kept apart from CASES
+# (the eleven-field namespaces every v1 tool reproduces) in
+# "cross_layer_vectors"; each has the same fields as a CASES entry plus
+# "cross_layer", and "plain_root", the root of the same namespace without
+# the layout, which must differ from "root".
+CROSS_LAYER_CASES = [
+    ("xlayer_empty_strings_page1", dict(namespace(**EMPTY, page_size=1),
+                                        cross_layer=xlayer(0, 0)), [0]),
+    ("xlayer_40_layers_from_21_window_128",
+     namespace(num_layers=40, cross_layer=xlayer(21, 128)), list(range(1, 33))),
+    ("xlayer_40_layers_from_21_no_window",
+     namespace(num_layers=40, cross_layer=xlayer(21, 0)), list(range(1, 33))),
+    ("xlayer_from_1_page1", namespace(page_size=1, cross_layer=xlayer(1, 4)),
+     [5, 4, 3, 2, 0xffffffff]),
+    ("xlayer_high_values_fp8",
+     namespace(dtype=4, cross_layer=xlayer(0xffffffff, 0x80000000)),
+     lcg_tokens(21, 40)),
+    ("xlayer_salt_lora_tail",
+     namespace(lora="sql-adapter-v2", cache_salt="tenant-42",
+               cross_layer=xlayer(31, 64)), lcg_tokens(22, 53, 128256)),
+]
+
 # ChainBlockKey with extras (multimodal tags): parent, tokens, extras -> key.
 EXTRAS_CASES = [
     ("no_extras", list(range(16)), []),
@@ -134,6 +169,14 @@ def main():
         keys = block_keys(root, ns["page_size"], tokens)
         vectors.append({"name": name, "namespace": ns, "tokens": tokens,
                         "root": root.hex(), "block_keys": [k.hex() for k in keys]})
+    cross_layer = []
+    for name, ns, tokens in CROSS_LAYER_CASES:
+        root = root_of(ns)
+        plain = {k: v for k, v in ns.items() if k != "cross_layer"}
+        keys = block_keys(root, ns["page_size"], tokens)
+        cross_layer.append({"name": name, "namespace": ns, "tokens": tokens,
+                            "root": root.hex(), "plain_root": root_of(plain).hex(),
+                            "block_keys": [k.hex() for k in keys]})
     parent = root_of(namespace())
     extras = []
     for name, tokens, ex in EXTRAS_CASES:
@@ -142,7 +185,7 @@ def main():
                        "key": chain(parent, tokens, ex).hex()})
     doc = {"contract": "radixkv block keys v1", "generator":
            "tests/data/gen_block_key_vectors.py", "vectors": vectors,
-           "chain_with_extras": extras}
+           "chain_with_extras": extras, "cross_layer_vectors": cross_layer}
     json.dump(doc, sys.stdout, ensure_ascii=False, separators=(",", ":"))
     sys.stdout.write("\n")
 

@@ -1,6 +1,8 @@
-"""radixkv.keys: block-key contract v1 against the pinned vectors, the
-worked example of docs/CONTRACTS.md §1.3, and `radixkvctl hash` on random
+"""radixkv.keys: block-key contract v1 against the pinned vectors (those of
+namespaces with a cross-layer KV layout too), the worked examples of
+docs/CONTRACTS.md §1.3 and §1.2.1, and `radixkvctl hash` on random
 namespaces and prompts."""
+import dataclasses
 import json
 import random
 import subprocess
@@ -28,6 +30,47 @@ def test_every_vector(vectors):
             h.append(v["tokens"][i:i + 7])
         assert list(h.keys) == got, v["name"]
         assert h.pending_tokens == len(v["tokens"]) % spec.page_size
+
+
+def test_cross_layer_vectors(vectors):
+    cases = vectors["cross_layer_vectors"]
+    assert len(cases) >= 5
+    for v in cases:
+        spec = radixkv.NamespaceSpec(**v["namespace"])
+        assert isinstance(spec.cross_layer, K.CrossLayerKv), v["name"]
+        root = radixkv.namespace_root(spec)
+        assert root.hex() == v["root"], v["name"]
+        got = radixkv.compute_block_keys(root, spec.page_size, v["tokens"])
+        assert [k.hex() for k in got] == v["block_keys"], v["name"]
+        plain = dataclasses.replace(spec, cross_layer=None)
+        assert radixkv.namespace_root(plain).hex() == v["plain_root"], v["name"]
+        assert v["plain_root"] != v["root"], v["name"]
+    # No v1 vector carries a layout: they hash as before.
+    assert all("cross_layer" not in v["namespace"] for v in vectors["vectors"])
+
+
+def test_cross_layer_worked_example_and_page_bytes():
+    spec = radixkv.NamespaceSpec(page_size=1, tp_size=0,
+                                 cross_layer={"shared_from_layer": 0,
+                                              "local_window": 0})
+    ns = K.namespace_bytes(spec)
+    assert len(ns) == 61 + 4 + 24 + 8
+    assert ns[61:89] == bytes.fromhex("18000000") + b"radixkv.layout.xlayer.v1"
+    assert radixkv.namespace_root(spec).hex() == "495ac5977876790973c77ad4613531c2"
+    big = radixkv.NamespaceSpec(num_layers=40, num_kv_heads=8, head_dim=128,
+                                page_size=16, dtype="bf16",
+                                cross_layer=K.CrossLayerKv(21, 128))
+    assert big.kv_groups == 22
+    assert big.page_bytes == 22 * 2 * 8 * 16 * 128 * 2
+    assert big.page_shape == (22, 2, 8, 16, 128)
+    assert dataclasses.replace(big, cross_layer=None).page_bytes == \
+        40 * 2 * 8 * 16 * 128 * 2
+    assert big.to_dict()["cross_layer"] == {"shared_from_layer": 21,
+                                            "local_window": 128}
+    with pytest.raises(ValueError):
+        K.CrossLayerKv(shared_from_layer=-1)
+    with pytest.raises(TypeError):
+        radixkv.NamespaceSpec(cross_layer=(21, 128))
 
 
 def test_chain_with_extras(vectors):

@@ -49,6 +49,11 @@ NamespaceSpec SpecOf(const Json& ns) {
   s.dtype = static_cast<DType>(U32(ns.at("dtype")));
   s.tp_rank = U32(ns.at("tp_rank"));
   s.tp_size = U32(ns.at("tp_size"));
+  if (ns.contains("cross_layer")) {
+    const Json& x = ns.at("cross_layer");
+    s.cross_layer = CrossLayerKv{U32(x.at("shared_from_layer")),
+                                 U32(x.at("local_window"))};
+  }
   return s;
 }
 
@@ -124,6 +129,59 @@ TEST(BlockKeyVectorsTest, ExtrasMatch) {
     EXPECT_EQ(ChainBlockKey(parent, TokensOf(x.at("tokens")), extras).ToHex(),
               Str(x.at("key")));
   }
+}
+
+// Namespaces with a cross-layer layout: the root hashes the layout after
+// the eleven fields, and differs from the root of the same namespace
+// without one (so the two never share a block).
+TEST(BlockKeyVectorsTest, CrossLayerRootsAndKeysMatch) {
+  ASSERT_TRUE(Vectors().is_object()) << "cannot read or parse the vectors file";
+  const Json& v = Vectors().at("cross_layer_vectors");
+  ASSERT_GE(v.size(), 5u);
+  for (const Json& x : v) {
+    SCOPED_TRACE(Str(x.at("name")));
+    NamespaceSpec spec = SpecOf(x.at("namespace"));
+    ASSERT_TRUE(spec.cross_layer.has_value());
+    const BlockKey root = NamespaceRoot(spec);
+    EXPECT_EQ(root.ToHex(), Str(x.at("root")));
+    const std::vector<uint32_t> tokens = TokensOf(x.at("tokens"));
+    const std::vector<BlockKey> keys =
+        ComputeBlockKeys(root, spec.page_size, tokens);
+    ASSERT_EQ(keys.size(), x.at("block_keys").size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      EXPECT_EQ(keys[i].ToHex(), Str(x.at("block_keys").at(i))) << i;
+    }
+    spec.cross_layer.reset();
+    EXPECT_EQ(NamespaceRoot(spec).ToHex(), Str(x.at("plain_root")));
+    EXPECT_NE(Str(x.at("plain_root")), Str(x.at("root")));
+  }
+}
+
+// Every v1 vector still hashes as a namespace without a layout: adding the
+// field kept the contract (no vector carries "cross_layer").
+TEST(BlockKeyVectorsTest, V1VectorsHaveNoLayout) {
+  ASSERT_TRUE(Vectors().is_object()) << "cannot read or parse the vectors file";
+  for (const Json& x : Vectors().at("vectors")) {
+    EXPECT_FALSE(x.at("namespace").contains("cross_layer"))
+        << Str(x.at("name"));
+    EXPECT_FALSE(SpecOf(x.at("namespace")).cross_layer.has_value());
+  }
+}
+
+TEST(BlockKeyTest, CrossLayerGroupsAndPageBytes) {
+  NamespaceSpec s{.num_layers = 40, .num_kv_heads = 8, .head_dim = 128,
+                  .page_size = 16, .dtype = DType::kBFloat16};
+  const uint64_t per_group = 2u * 8 * 16 * 128 * 2;
+  EXPECT_EQ(s.KvGroups(), 40u);
+  EXPECT_EQ(s.PageBytes(), 40 * per_group);
+  s.cross_layer = CrossLayerKv{21, 128};
+  EXPECT_EQ(s.KvGroups(), 22u);  // layers 0..20, then the bank once
+  EXPECT_EQ(s.PageBytes(), 22 * per_group);
+  s.cross_layer->shared_from_layer = 0;
+  EXPECT_EQ(s.KvGroups(), 0u);
+  EXPECT_EQ(s.PageBytes(), 0u);
+  s.cross_layer->shared_from_layer = 40;
+  EXPECT_EQ(s.PageBytes(), 0u);
 }
 
 TEST(BlockKeyTest, HexAndCanonicalRoundTrip) {
@@ -251,6 +309,14 @@ TEST(BlockKeyTest, NamespaceFieldsAllMatter) {
   EXPECT_TRUE(differs([](NamespaceSpec& s) { s.dtype = DType::kFloat16; }));
   EXPECT_TRUE(differs([](NamespaceSpec& s) { s.tp_rank = 1; }));
   EXPECT_TRUE(differs([](NamespaceSpec& s) { s.tp_size = 2; }));
+  EXPECT_TRUE(differs([](NamespaceSpec& s) { s.cross_layer = CrossLayerKv{}; }));
+  NamespaceSpec x = base;
+  x.cross_layer = CrossLayerKv{1, 0};
+  const BlockKey rx = NamespaceRoot(x);
+  x.cross_layer->shared_from_layer = 2;
+  EXPECT_NE(NamespaceRoot(x), rx);
+  x.cross_layer = CrossLayerKv{1, 8};
+  EXPECT_NE(NamespaceRoot(x), rx);
   // Length prefixes keep field boundaries: "ab"+"" differs from "a"+"b".
   NamespaceSpec a = base, b = base;
   a.model = "ab";

@@ -24,7 +24,7 @@ import numpy as np
 import xxhash
 
 __all__ = [
-    "BLOCK_KEY_VERSION", "DTYPES", "NamespaceSpec", "BlockHasher",
+    "BLOCK_KEY_VERSION", "DTYPES", "CrossLayerKv", "NamespaceSpec", "BlockHasher",
     "namespace_bytes", "namespace_root", "compute_block_keys", "chain_key",
     "dtype_value", "dtype_bytes", "as_token_array",
 ]
@@ -88,6 +88,32 @@ def dtype_bytes(dtype: Union[int, str]) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
+class CrossLayerKv:
+    """A cross-layer KV layout (radixkv.v1.CrossLayerKv, docs/CONTRACTS.md
+    §1.2 and §2.2): layers [0, shared_from_layer) keep their own K/V, the
+    layers from shared_from_layer on read one shared bank, each with its own
+    local window of local_window tokens outside pages. Integers are u32."""
+    shared_from_layer: int = 0
+    local_window: int = 0
+
+    def __post_init__(self):
+        for name in ("shared_from_layer", "local_window"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"cross_layer.{name} must be an int")
+            if not 0 <= int(value) <= _U32_MAX:
+                raise ValueError(
+                    f"cross_layer.{name}: {int(value)} is not an unsigned 32-bit value")
+            object.__setattr__(self, name, int(value))
+
+    def groups(self, num_layers: int) -> int:
+        """KV groups of a page: shared_from_layer per-layer groups plus the
+        bank; 0 unless 1 <= shared_from_layer < num_layers."""
+        s = self.shared_from_layer
+        return 0 if s == 0 or s >= num_layers else s + 1
+
+
+@dataclasses.dataclass(frozen=True)
 class NamespaceSpec:
     """The eleven fields of radixkv.v1.Namespace. `dtype` may be given as a
     number or a name and is stored as its number. Integers are u32.
@@ -107,6 +133,8 @@ class NamespaceSpec:
     dtype: Union[int, str] = 0
     tp_rank: int = 0
     tp_size: int = 1
+    # None: per-layer KV. A CrossLayerKv, or a dict of its two fields.
+    cross_layer: Union[None, CrossLayerKv, dict] = None
 
     _STRINGS = ("model", "model_revision", "lora", "cache_salt")
     _INTS = ("num_layers", "num_kv_heads", "head_dim", "page_size", "dtype",
@@ -114,6 +142,10 @@ class NamespaceSpec:
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", dtype_value(self.dtype))
+        if isinstance(self.cross_layer, dict):
+            object.__setattr__(self, "cross_layer", CrossLayerKv(**self.cross_layer))
+        elif not isinstance(self.cross_layer, (CrossLayerKv, type(None))):
+            raise TypeError("namespace.cross_layer must be a CrossLayerKv, a dict or None")
         for name in self._STRINGS:
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"namespace.{name} must be a str")
@@ -137,31 +169,55 @@ class NamespaceSpec:
         return _DTYPE_BYTES.get(self.dtype, 0)
 
     @property
+    def kv_groups(self) -> int:
+        """KV groups per page: num_layers, or with a cross-layer layout
+        shared_from_layer + 1 (0 when that layout is not serveable)."""
+        if self.cross_layer is None:
+            return self.num_layers
+        return self.cross_layer.groups(self.num_layers)
+
+    @property
     def page_bytes(self) -> int:
-        """num_layers * 2 * num_kv_heads * page_size * head_dim * elem_bytes
-        (docs/CONTRACTS.md §2); 0 when the layout is incomplete."""
-        return (self.num_layers * 2 * self.num_kv_heads * self.page_size *
+        """kv_groups * 2 * num_kv_heads * page_size * head_dim * elem_bytes
+        (docs/CONTRACTS.md §2; kv_groups is num_layers without a cross-layer
+        layout), without the scale area of fp8/int8 pages; 0 when the layout
+        is incomplete."""
+        return (self.kv_groups * 2 * self.num_kv_heads * self.page_size *
                 self.head_dim * self.elem_bytes)
 
     @property
     def page_shape(self) -> Tuple[int, int, int, int, int]:
-        """(num_layers, 2, num_kv_heads, page_size, head_dim): one page,
+        """(kv_groups, 2, num_kv_heads, page_size, head_dim): one page,
         K before V, slot = a token's position inside its block."""
-        return (self.num_layers, 2, self.num_kv_heads, self.page_size,
+        return (self.kv_groups, 2, self.num_kv_heads, self.page_size,
                 self.head_dim)
 
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self._STRINGS + self._INTS}
+        """The eleven fields, plus "cross_layer" (a dict) when set."""
+        d = {name: getattr(self, name) for name in self._STRINGS + self._INTS}
+        if self.cross_layer is not None:
+            d["cross_layer"] = dataclasses.asdict(self.cross_layer)
+        return d
 
     def to_proto(self):
         """The radixkv.v1.Namespace message (needs the generated stubs)."""
         from radixkv import pb  # pylint: disable=import-outside-toplevel
-        return pb.Namespace(**self.to_dict())
+        d = self.to_dict()
+        layout = d.pop("cross_layer", None)
+        message = pb.Namespace(**d)
+        if layout is not None:
+            message.cross_layer.CopyFrom(pb.CrossLayerKv(**layout))
+        return message
 
     @classmethod
     def from_proto(cls, message) -> "NamespaceSpec":
-        return cls(**{name: getattr(message, name)
-                      for name in cls._STRINGS + cls._INTS})
+        fields = {name: getattr(message, name)
+                  for name in cls._STRINGS + cls._INTS}
+        if message.HasField("cross_layer"):
+            fields["cross_layer"] = CrossLayerKv(
+                message.cross_layer.shared_from_layer,
+                message.cross_layer.local_window)
+        return cls(**fields)
 
 
 def _str_bytes(s: str) -> bytes:
@@ -169,14 +225,25 @@ def _str_bytes(s: str) -> bytes:
     return struct.pack("<I", len(b)) + b
 
 
+# The tag that starts a cross-layer layout's bytes in ns_bytes.
+_XLAYER_TAG = "radixkv.layout.xlayer.v1"
+
+
 def namespace_bytes(spec: NamespaceSpec) -> bytes:
-    """ns_bytes of docs/CONTRACTS.md §1.2, every field as given."""
+    """ns_bytes of docs/CONTRACTS.md §1.2, every field as given; a
+    cross-layer layout appends str(tag) || u32(shared_from_layer) ||
+    u32(local_window)."""
     head = b"".join(_str_bytes(s) for s in (
         "radixkv.ns.v1", spec.model, spec.model_revision, spec.lora,
         spec.cache_salt))
-    return head + struct.pack(
+    out = head + struct.pack(
         "<7I", spec.num_layers, spec.num_kv_heads, spec.head_dim,
         spec.page_size, spec.dtype, spec.tp_rank, spec.tp_size)
+    if spec.cross_layer is not None:
+        out += _str_bytes(_XLAYER_TAG) + struct.pack(
+            "<2I", spec.cross_layer.shared_from_layer,
+            spec.cross_layer.local_window)
+    return out
 
 
 def namespace_root(spec: NamespaceSpec) -> bytes:

@@ -1,0 +1,282 @@
+// The cross-layer KV variant of the reference worker (xlayer_model.h):
+// a request whose prefix comes from cached pages (lower layers' K/V and the
+// bank) and whose windows are rebuilt from the prefix's last W tokens gives
+// the logits and greedy tokens of a full prefill (fp32, within 1e-4), for
+// cached prefixes shorter than, equal to and longer than W and for GQA and
+// MQA head ratios; its pages hold S + 1 groups; its namespace never shares
+// blocks with the per-layer one; invalid layouts are refused, by the model,
+// by the daemon's request validation and by `radixkvctl size`.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "client/worker/engine.h"
+#include "client/worker/model.h"
+#include "client/worker/prefix_cache.h"
+#include "client/worker/xlayer_model.h"
+#include "daemon/request_validation.h"
+#include "gtest/gtest.h"
+#include "radix/radix_tree.h"
+#include "radixkv/namespace_spec.h"
+#include "tests/worker/worker_test_util.h"
+
+namespace radixkv::worker {
+namespace {
+
+constexpr uint32_t kWindow = 32;
+
+// A 4-layer model whose layers 2 and 3 share the bank, window 32, 8 bank
+// positions per query.
+ModelConfig XLayerTiny(uint32_t q_heads, uint32_t kv_heads) {
+  ModelConfig c = *NamedModelConfig("tiny");
+  c.num_layers = 4;
+  c.num_q_heads = q_heads;
+  c.num_kv_heads = kv_heads;
+  c.d_model = 16 * q_heads;
+  c.xlayer = XLayerConfig{.shared_from = 2, .window = kWindow, .top_k = 8};
+  return c;
+}
+
+RunResult Serve(const Model& model, PrefixCache* cache,
+                const std::vector<uint32_t>& prompt, uint32_t decode = 1) {
+  Engine e(&model, cache);
+  RunOptions o;
+  o.decode_tokens = decode;
+  auto r = e.Run(prompt, o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : RunResult{};
+}
+
+// (q heads, kv heads): GQA ratios 1, 2 and 4, and MQA.
+class XLayerEquivalenceTest
+    : public ::testing::TestWithParam<std::tuple<uint32_t, uint32_t>> {
+ protected:
+  void SetUp() override {
+    auto m = Model::Create(XLayerTiny(std::get<0>(GetParam()),
+                                      std::get<1>(GetParam())),
+                           Device::kCpu);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+  }
+  std::unique_ptr<Model> model_;
+};
+
+TEST_P(XLayerEquivalenceTest, CachedPrefixEqualsFullPrefill) {
+  std::unique_ptr<PrefixCache> none = NewNoPrefixCache();
+  // cached tokens -> prompt length: shorter than W, equal to W, longer than
+  // W (several blocks), and the fully cached prompt (its last token runs
+  // over 159 cached tokens, so the rebuild covers 32 of them).
+  const std::vector<std::pair<uint32_t, uint32_t>> cases = {
+      {16, 40}, {kWindow, 50}, {96, 120}, {160, 160}};
+  for (const auto& [cached, n] : cases) {
+    auto cache = NewLocalPrefixCache(model_->config().Namespace(), 64);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    const std::vector<uint32_t> prompt = Prompt(n, 512, cached * 13 + n);
+    const std::vector<uint32_t> head(prompt.begin(), prompt.begin() + cached);
+    Serve(*model_, cache->get(), head);  // an earlier request commits the prefix
+    const RunResult want = Serve(*model_, none.get(), prompt, 6);
+    const RunResult got = Serve(*model_, cache->get(), prompt, 6);
+    EXPECT_EQ(got.matched_tokens, std::min(cached, n - 1)) << cached;
+    EXPECT_LE(MaxAbsDiff(want.first_logits, got.first_logits), 1e-4f)
+        << "cached " << cached << " of " << n;
+    EXPECT_EQ(want.generated, got.generated) << "cached " << cached;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HeadRatios, XLayerEquivalenceTest,
+    ::testing::Values(std::make_tuple(2u, 2u), std::make_tuple(4u, 2u),
+                      std::make_tuple(8u, 2u), std::make_tuple(4u, 1u)),
+    [](const auto& info) {
+      return "q" + std::to_string(std::get<0>(info.param)) + "kv" +
+             std::to_string(std::get<1>(info.param));
+    });
+
+// Guards against a vacuous pass: the window, the top-k selection and the
+// bank all change the logits, and the windows must be rebuilt.
+TEST(XLayerModelTest, WindowTopKAndRebuildMatter) {
+  const std::vector<uint32_t> prompt = Prompt(120, 512, 3);
+  auto logits = [&](XLayerConfig x) {
+    ModelConfig c = XLayerTiny(4, 2);
+    c.xlayer = x;
+    auto m = Model::Create(c, Device::kCpu);
+    EXPECT_TRUE(m.ok()) << m.status();
+    LocalKv local(c, 120);
+    auto r = (*m)->Forward(PrefixView{}, &local, prompt);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : std::vector<float>();
+  };
+  const auto base = logits({2, kWindow, 8});
+  EXPECT_GT(MaxAbsDiff(base, logits({2, 0, 8})), 1e-3f);
+  EXPECT_GT(MaxAbsDiff(base, logits({2, kWindow, 0})), 1e-3f);
+  EXPECT_GT(MaxAbsDiff(base, logits({1, kWindow, 8})), 1e-3f);
+
+  // A Forward over cached pages without the prefix's last tokens cannot
+  // rebuild the windows: refused, naming the field.
+  auto m = Model::Create(XLayerTiny(4, 2), Device::kCpu);
+  ASSERT_TRUE(m.ok());
+  const ModelConfig& c = (*m)->config();
+  std::vector<float> pool(c.Geometry().page_bytes() / 4 * 2);
+  PrefixView prefix;
+  prefix.tokens = 32;
+  prefix.pages = {pool.data(), pool.data() + pool.size() / 2};
+  LocalKv local(c, 4);
+  const std::vector<uint32_t> one = {7};
+  auto r = (*m)->Forward(prefix, &local, one);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("prefix.recent_tokens"), std::string::npos);
+}
+
+TEST(XLayerModelTest, PagesHoldTheLowerLayersAndTheBankOnce) {
+  const ModelConfig c = XLayerTiny(4, 2);
+  const NamespaceSpec ns = c.Namespace();
+  ASSERT_TRUE(ns.cross_layer.has_value());
+  EXPECT_EQ(ns.cross_layer->shared_from_layer, 2u);
+  EXPECT_EQ(ns.cross_layer->local_window, kWindow);
+  EXPECT_EQ(c.KvGroups(), 3u);
+  EXPECT_EQ(c.Geometry().num_layers, 3u);
+  const uint64_t group = 2ull * c.num_kv_heads * c.page_size * c.head_dim * 4;
+  EXPECT_EQ(NamespacePageBytes(ns), 3 * group);
+  EXPECT_EQ(c.Geometry().page_bytes(), NamespacePageBytes(ns));
+  ModelConfig plain = c;
+  plain.xlayer.reset();
+  EXPECT_EQ(NamespacePageBytes(plain.Namespace()), 4 * group);
+  EXPECT_EQ(XLayerWindowBytes(c), 2ull * kWindow * 2 * 2 * 16 * 4);
+  // The CUDA path has no cross-layer forward pass.
+  auto cuda = Model::Create(c, Device::kCuda);
+  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(cuda.status().message().find("xlayer"), std::string::npos);
+}
+
+// The background arithmetic: 24 layers x 8 KV heads x 64 dims x fp16 x
+// 4,096 positions = 192 MiB; sharing from layer 12 keeps 12 + 1 groups.
+TEST(XLayerModelTest, SizeArithmetic) {
+  NamespaceSpec ns{.num_layers = 24, .num_kv_heads = 8, .head_dim = 64,
+                   .page_size = 16, .dtype = DType::kFloat16};
+  const uint64_t pages = 4096 / 16;
+  EXPECT_EQ(NamespacePageBytes(ns) * pages, 192ull << 20);
+  ns.cross_layer = CrossLayerKv{12, 128};
+  EXPECT_EQ(NamespacePageBytes(ns) * pages, 104ull << 20);
+  ns.num_layers = 40;
+  ns.cross_layer = CrossLayerKv{21, 128};
+  EXPECT_EQ(NamespacePageBytes(ns), 22ull * 2 * 8 * 16 * 64 * 2);
+  // Scaled dtypes: one fp32 scale per group, K|V and KV head.
+  ns.dtype = DType::kInt8;
+  EXPECT_EQ(NamespaceScaleBytes(ns), 22ull * 2 * 8 * 4);
+  EXPECT_EQ(NamespacePageBytes(ns), 22ull * 2 * 8 * 16 * 64 + 22 * 2 * 8 * 4);
+}
+
+TEST(XLayerModelTest, LayoutNamespaceNeverSharesWithThePlainOne) {
+  NamespaceSpec plain{.model = "m", .num_layers = 4, .num_kv_heads = 2,
+                      .head_dim = 16, .page_size = 16,
+                      .dtype = DType::kFloat32};
+  NamespaceSpec xl = plain;
+  xl.cross_layer = CrossLayerKv{2, kWindow};
+  EXPECT_NE(NamespaceRoot(plain), NamespaceRoot(xl));
+  auto tree = RadixTree::Create({.capacity_pages = 16});
+  ASSERT_TRUE(tree.ok());
+  auto a = (*tree)->RegisterNamespace(plain);
+  auto b = (*tree)->RegisterNamespace(xl);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b);
+  const std::vector<uint32_t> tokens = Prompt(48, 512, 9);
+  auto put = (*tree)->Acquire({.ns = *a, .tokens = tokens, .allocate = true});
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_EQ(put->new_blocks, 3u);
+  ASSERT_TRUE((*tree)->Commit(put->lease, 3, /*release=*/true).ok());
+  auto other = (*tree)->Acquire({.ns = *b, .tokens = tokens});
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->matched_blocks, 0u);
+  auto same = (*tree)->Acquire({.ns = *a, .tokens = tokens});
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->matched_blocks, 3u);
+  if (same->lease != 0) {
+    EXPECT_TRUE((*tree)->Release(same->lease).ok());
+  }
+}
+
+TEST(XLayerModelTest, InvalidLayoutsAreRefusedNamingFieldAndLimit) {
+  ModelConfig c = XLayerTiny(4, 2);
+  c.xlayer->shared_from = 0;
+  EXPECT_NE(c.Validate().message().find("xlayer.shared_from"), std::string::npos);
+  EXPECT_NE(c.Validate().message().find("1..3"), std::string::npos);
+  c.xlayer->shared_from = 4;
+  EXPECT_NE(c.Validate().message().find("outside 1..3"), std::string::npos);
+  c.xlayer->shared_from = 2;
+  c.xlayer->window = kMaxCrossLayerWindow + 1;
+  EXPECT_NE(c.Validate().message().find("xlayer.window"), std::string::npos);
+  EXPECT_NE(c.Validate().message().find("65536"), std::string::npos);
+  c.xlayer->window = 8;
+  c.xlayer->top_k = (1u << 20) + 1;
+  EXPECT_NE(c.Validate().message().find("xlayer.top_k"), std::string::npos);
+  c.xlayer->top_k = 0;
+  EXPECT_TRUE(c.Validate().ok());
+
+  // The daemon's request validation.
+  const daemon::RequestLimits limits;
+  v1::Namespace ns = NamespaceToProto(c.Namespace());
+  EXPECT_TRUE(daemon::ValidateNamespace(ns, limits).ok());
+  ns.mutable_cross_layer()->set_shared_from_layer(4);
+  absl::StatusOr<NamespaceSpec> bad = daemon::ValidateNamespace(ns, limits);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("namespace.cross_layer.shared_from_layer"),
+            std::string::npos);
+  EXPECT_NE(bad.status().message().find("1..3"), std::string::npos);
+  ns.mutable_cross_layer()->set_shared_from_layer(0);
+  EXPECT_FALSE(daemon::ValidateNamespace(ns, limits).ok());
+  ns.mutable_cross_layer()->set_shared_from_layer(2);
+  ns.mutable_cross_layer()->set_local_window(kMaxCrossLayerWindow + 1);
+  bad = daemon::ValidateNamespace(ns, limits);
+  EXPECT_NE(bad.status().message().find("namespace.cross_layer.local_window"),
+            std::string::npos);
+  ns.clear_cross_layer();
+  bad = daemon::ValidateNamespace(ns, limits);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_FALSE(bad->cross_layer.has_value());
+}
+
+#ifdef RADIXKVCTL_PATH
+// `radixkvctl size --layout=xlayer:S`: the bytes and the saving, and a
+// refused layout (exit 3, the flag and its limit named).
+std::string Ctl(const std::string& args, int* exit_code) {
+  const std::string cmd = std::string(RADIXKVCTL_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[512];
+  while (p != nullptr && fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  const int status = p == nullptr ? -1 : pclose(p);
+  *exit_code = status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+TEST(XLayerCliTest, SizeWithLayout) {
+  int rc = 0;
+  const std::string base =
+      "size --layers=24 --kv-heads=8 --head-dim=64 --dtype=fp16 --tokens=4096 ";
+  std::string out = Ctl(base + "-o json", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"bytes\":201326592"), std::string::npos) << out;
+  out = Ctl(base + "--layout=xlayer:12 -o json", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"bytes\":109051904"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"per_layer_bytes\":201326592"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"saved_bytes\":92274688"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"kv_groups\":13"), std::string::npos) << out;
+  out = Ctl(base + "--layout=xlayer:24", &rc);
+  EXPECT_EQ(rc, 3) << out;
+  EXPECT_NE(out.find("--layout"), std::string::npos) << out;
+  EXPECT_NE(out.find("1..23"), std::string::npos) << out;
+  out = Ctl(base + "--layout=xlayer:0", &rc);
+  EXPECT_EQ(rc, 3) << out;
+  out = Ctl(base + "--layout=xlayer:12:70000", &rc);
+  EXPECT_EQ(rc, 3) << out;
+  EXPECT_NE(out.find("65536"), std::string::npos) << out;
+  out = Ctl(base + "--layout=shared", &rc);
+  EXPECT_EQ(rc, 3) << out;
+}
+#endif  // RADIXKVCTL_PATH
+
+}  // namespace
+}  // namespace radixkv::worker
