@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "radix/radix_tree.h"
 #include "radixkv/errors.h"
 
 namespace radixkv::daemon {
@@ -166,7 +167,9 @@ absl::Status AccessPolicy::Load() {
     const std::string where = absl::StrCat("$.tenants[", i, "]");
     if (absl::Status s = CheckKeys(e, file, where,
                                    {"name", "uids", "gids", "subjects",
-                                    "max_sessions", "max_namespaces"});
+                                    "max_sessions", "max_namespaces",
+                                    "max_cached_pages", "max_pinned_pages",
+                                    "weight"});
         !s.ok()) {
       return s;
     }
@@ -189,11 +192,23 @@ absl::Status AccessPolicy::Load() {
         !s.ok()) {
       return s;
     }
-    if (absl::Status s =
-            ReadQuota(e, "max_namespaces", file, where, &t.max_namespaces);
-        !s.ok()) {
-      return s;
+    for (const auto& [key, out] :
+         {std::pair<const char*, uint32_t*>{"max_namespaces", &t.max_namespaces},
+          {"max_cached_pages", &t.max_cached_pages},
+          {"max_pinned_pages", &t.max_pinned_pages},
+          {"weight", &t.weight}}) {
+      if (absl::Status s = ReadQuota(e, key, file, where, out); !s.ok()) {
+        return s;
+      }
     }
+    if (t.weight == 0) {
+      return BadFile(file, where + ".weight", "must be at least 1");
+    }
+    if (tenants_.size() + 1 >= kMaxAccounts) {
+      return BadFile(file, where,
+                     absl::StrCat("more than ", kMaxAccounts - 1, " tenants"));
+    }
+    t.account = static_cast<uint32_t>(tenants_.size()) + 1;
     tenants_.push_back(std::move(t));
   }
   if (j.contains("admins")) {

@@ -13,7 +13,8 @@
 //     "tenants": [
 //       {"name": "alpha", "uids": [1001], "gids": [2001],
 //        "subjects": ["worker-alpha"],
-//        "max_sessions": 64, "max_namespaces": 8},
+//        "max_sessions": 64, "max_namespaces": 8,
+//        "max_cached_pages": 4096, "max_pinned_pages": 1024, "weight": 2},
 //       {"name": "beta", "uids": [1002]}
 //     ],
 //     "admins": {"uids": [1000], "gids": [], "subjects": ["ops"]},
@@ -27,6 +28,12 @@
 // effective cache_salt "tenant/<name>" (or "tenant/<name>/<client salt>"),
 // so two tenants never share a block even when they send the same salt.
 // A quota of 0 (or absent) means no limit besides the daemon-wide ones.
+// Page quotas and eviction: each tenant's namespaces share one account of
+// the radix tree, so when the pool is full the tenant holding the most
+// cached pages per unit of `weight` (default 1) loses its least recently
+// used block first, a tenant at max_cached_pages recycles its own, and one
+// whose leases hold max_pinned_pages gets no more (RadixTree's
+// AccountLimits).
 //
 // Administrators: uid 0 and the daemon's own uid on the Unix socket, peers
 // whose gid or a supplementary group is in --admin_gids, certificate
@@ -64,6 +71,14 @@ struct Tenant {
   // 0: no limit of this kind for the tenant.
   uint32_t max_sessions = 0;
   uint32_t max_namespaces = 0;
+  // The tree account its namespaces belong to (RadixTree accounts): i + 1
+  // for the i-th tenant of a --tenants file; 0 without one (a single
+  // account, plain LRU) and for the daemon's own calls. max_cached_pages,
+  // max_pinned_pages and weight become the account's AccountLimits.
+  uint32_t account = 0;
+  uint32_t max_cached_pages = 0;
+  uint32_t max_pinned_pages = 0;
+  uint32_t weight = 1;
   // The salt prefix of its namespaces; empty for the built-in "default".
   std::string salt_prefix;
 };
@@ -112,6 +127,11 @@ class AccessPolicy {
 
   bool has_tenants_file() const { return !options_.tenants_file.empty(); }
   const std::vector<Tenant>& tenants() const { return tenants_; }
+  // The tree accounts the tenants need: 1 + tenants with a tenants file,
+  // else 1.
+  uint32_t accounts() const {
+    return has_tenants_file() ? static_cast<uint32_t>(tenants_.size()) + 1 : 1;
+  }
 
  private:
   explicit AccessPolicy(AccessOptions options) : options_(std::move(options)) {}

@@ -112,9 +112,18 @@ grpc::ServerUnaryReactor* AdminService::GetStats(
     grpc::ByteBuffer* reply) {
   return RunUnary<v1::GetStatsRequest, v1::GetStatsResponse>(
       ctx, env_, Method::kGetStats, body, reply,
-      [&](const Caller&, const v1::GetStatsRequest&,
+      [&](const Caller& c, const v1::GetStatsRequest&,
           v1::GetStatsResponse* resp) {
         env_.cache->GetStats(resp->mutable_stats());
+        if (!c.admin) {
+          // A tenant sees its own share of the pool, no one else's.
+          auto* tenants = resp->mutable_stats()->mutable_tenants();
+          for (int i = tenants->size() - 1; i >= 0; --i) {
+            if (tenants->Get(i).name() != c.tenant->name) {
+              tenants->DeleteSubrange(i, 1);
+            }
+          }
+        }
         return absl::OkStatus();
       });
 }

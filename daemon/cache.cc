@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "daemon/log.h"
 #include "radix/status_macros.h"
@@ -66,6 +67,7 @@ Cache::Cache(const CacheOptions& options)
       registry_({.pool = options.pool,
                  .max_pool_pages = options.max_pool_pages,
                  .max_page_size = options.max_page_size,
+                 .account_limits = options.account_limits,
                  .remembered_evictions = options.remembered_evictions,
                  .events = &events_,
                  .attach_socket = options.attach_socket}),
@@ -119,6 +121,7 @@ void Cache::SweeperLoop() {
     if (sweeper_mu_.AwaitWithTimeout(stopping, options_.sweep_interval)) return;
     sweeper_mu_.Unlock();
     SweepExpiredLeases();
+    ForgetUnusedNamespaces();
     sweeper_mu_.Lock();
   }
 }
@@ -156,13 +159,18 @@ absl::Status Cache::OpenSession(const v1::OpenSession& open,
       NamespaceEntry ns,
       registry_.Bind(spec, {.salt_prefix = caller.tenant->salt_prefix,
                             .tenant = caller.tenant->name,
-                            .max = caller.tenant->max_namespaces}));
-  ASSIGN_OR_RETURN(
-      SessionEntry session,
+                            .max = caller.tenant->max_namespaces,
+                            .account = caller.tenant->account}));
+  absl::StatusOr<SessionEntry> created =
       sessions_.Create({ns.id, ns.root, spec.page_size}, open.client_name(),
                        caller, open.device(),
                        {.per_peer = options_.sessions.max_sessions_per_peer,
-                        .per_tenant = caller.tenant->max_sessions}));
+                        .per_tenant = caller.tenant->max_sessions});
+  if (!created.ok()) {
+    registry_.Unbind(ns.root);
+    return created.status();
+  }
+  const SessionEntry& session = *created;
   if (caller.peer.transport == PeerIdentity::Transport::kUnix) {
     fences_.AddWriter(session.owner, caller.peer.pid);
   }
@@ -198,6 +206,7 @@ void Cache::CloseSession(absl::string_view session_id) {
   SessionEntry entry;
   const OwnerId owner = sessions_.Remove(session_id, &entry);
   if (owner == kNoOwner) return;  // unknown, or closed already
+  registry_.Unbind(entry.binding.root);
   RadixTree* t = registry_.tree();
   if (t == nullptr) return;
   // Leases still open may be written by a process that is alive: fence
@@ -269,6 +278,16 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
       return WithDetail("release_leases", v1::ERROR_REASON_LEASE_NOT_FOUND,
                         r.status());
     }
+    if (absl::IsResourceExhausted(r.status()) &&
+        absl::StrContains(r.status().message(), "(max_pinned_pages)")) {
+      // The tree speaks of the tenant's account.
+      std::string msg(r.status().message());
+      absl::StrReplaceAll({{"the account's", "its"}}, &msg);
+      return FieldError(absl::StatusCode::kResourceExhausted, "leases",
+                        v1::ERROR_REASON_LIMIT,
+                        absl::StrCat("tenant ", caller.tenant->name, ": ", msg,
+                                     " (--tenants)"));
+    }
     return LeaseError("release_leases", r.status());
   }
   if (r->lease != 0 && !sessions_.Exists(req.session_id())) {
@@ -337,6 +356,7 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp,
                    ValidatePrompt(FieldsOf(req), spec.page_size, options_));
   const BlockKey root = ThreadCachedRoot(spec);
   NamespaceEntry ns;
+  const NamespaceRegistry::IdGuard guard = registry_.GuardIds();
   RadixTree* t = registry_.tree();
   const bool known = t != nullptr && registry_.Find(root, &ns);
   resp->Clear();

@@ -87,6 +87,10 @@ struct CacheOptions : RequestLimits {
   gpu::PoolSpec pool;
   // Most pages the pool may be divided into (--max_pool_pages).
   uint64_t max_pool_pages = uint64_t{1} << 22;
+  // The tree's accounts (Tenant::account): their names and limits, index
+  // = account. Empty: one unnamed account without limits.
+  std::vector<std::string> account_names;
+  std::vector<AccountLimits> account_limits;
   SessionOptions sessions;
   // Events kept for WatchEvents consumers.
   size_t event_buffer = 65536;
@@ -178,6 +182,10 @@ class Cache {
 
   // Ends every expired lease now; returns how many. The sweeper calls it.
   uint64_t SweepExpiredLeases();
+  // Forgets every namespace no session is bound to that holds no cached
+  // block and no lease (NamespaceRegistry::ForgetUnused); returns how
+  // many. The sweeper calls it after SweepExpiredLeases.
+  size_t ForgetUnusedNamespaces() { return registry_.ForgetUnused(); }
   // Full tree consistency check (O(capacity)); OK before the pool exists.
   absl::Status CheckInvariants() const;
   uint64_t lease_expired_total() const;

@@ -91,6 +91,23 @@ void Cache::GetStats(v1::Stats* s) const {
   } else {
     s->set_invariants_ok(true);
   }
+  if (const RadixTree* t = registry_.tree(); t != nullptr) {
+    for (uint32_t a = 1; a < options_.account_names.size(); ++a) {
+      const AccountStats as = t->GetAccountStats(a);
+      const AccountLimits& limits = options_.account_limits[a];
+      v1::TenantStats* ts = s->add_tenants();
+      ts->set_name(options_.account_names[a]);
+      ts->set_cached_pages(as.cached_pages);
+      ts->set_writing_pages(as.writing_pages);
+      ts->set_held_pages(as.held_pages);
+      ts->set_namespaces(as.namespaces);
+      ts->set_evicted_pages(as.evicted_pages);
+      ts->set_limited_acquires(as.limited_acquires);
+      ts->set_max_cached_pages(limits.max_pages);
+      ts->set_max_pinned_pages(limits.max_pinned_pages);
+      ts->set_weight(limits.weight);
+    }
+  }
   s->set_sessions(sessions_.size());
   s->set_lease_abandoned(lease_abandoned_total());
   s->set_permission_denied(permission_denied_.load(std::memory_order_relaxed));
@@ -217,6 +234,7 @@ absl::Status Cache::DumpTree(const v1::DumpTreeRequest& req,
   if (!req.page_token().empty()) {
     ASSIGN_OR_RETURN(start, ParsePageToken(req.page_token(), t->capacity()));
   }
+  const NamespaceRegistry::IdGuard guard = registry_.GuardIds();
   const absl::flat_hash_map<NamespaceId, BlockKey> roots = registry_.Roots();
   // A non-administrator sees its own tenant's namespaces only.
   absl::flat_hash_set<NamespaceId> hidden;
@@ -311,6 +329,7 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
   resp->set_namespace_id(root.ToCanonical());
   resp->set_total_blocks(static_cast<uint32_t>(keys.size()));
 
+  const NamespaceRegistry::IdGuard guard = registry_.GuardIds();
   const RadixTree* t = registry_.tree();
   NamespaceEntry ns;
   const bool known = t != nullptr && registry_.Find(root, &ns);

@@ -40,11 +40,6 @@ void EventLog::OnTreeEvents(absl::Span<const TreeEvent> events) {
   }
 }
 
-void EventLog::SetNamespaceRoot(NamespaceId ns, const BlockKey& root) {
-  absl::MutexLock lock(&mu_);
-  roots_[ns] = root;
-}
-
 uint64_t EventLog::next_sequence() const {
   absl::MutexLock lock(&mu_);
   return next_seq_;
@@ -69,10 +64,7 @@ bool EventLog::Read(uint64_t* next, v1::Event* out) const {
   out->set_sequence(*next);
   out->set_unix_seconds(entry.unix_seconds);
   const TreeEvent& e = entry.event;
-  std::string ns_id;
-  if (auto it = roots_.find(e.ns); it != roots_.end()) {
-    ns_id = it->second.ToCanonical();
-  }
+  const std::string ns_id = e.root.ToCanonical();
   switch (e.type) {
     case TreeEvent::Type::kStored: {
       v1::BlockStored* s = out->mutable_stored();

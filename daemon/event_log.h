@@ -67,9 +67,6 @@ class EventLog final : public EventListener {
     forward_.store(next, std::memory_order_release);
   }
 
-  // Records the root key of `ns`, used as namespace_id in events.
-  void SetNamespaceRoot(NamespaceId ns, const BlockKey& root);
-
   // The sequence number the next event will get (1 before any event).
   uint64_t next_sequence() const;
 
@@ -105,7 +102,6 @@ class EventLog final : public EventListener {
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t notified_seq_ ABSL_GUARDED_BY(mu_) = 1;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_map<NamespaceId, BlockKey> roots_ ABSL_GUARDED_BY(mu_);
 
   // watchers_mu_ protects the watcher set; it is held while watchers are
   // called, so Unsubscribe waits for a call in progress. Order: watchers_mu_

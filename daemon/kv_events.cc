@@ -237,6 +237,7 @@ void KvEventPublisher::OnTreeEvents(absl::Span<const TreeEvent> events) {
         break;
     }
     r.ns = e.ns;
+    r.root = e.root;
     r.key = e.key;
     pending_.push_back(r);
   }
@@ -285,15 +286,13 @@ void KvEventPublisher::PublisherLoop() {
 
 void KvEventPublisher::PublishRecords(absl::Span<const KvRecord> records,
                                       absl::Span<const uint32_t> tokens) {
-  // A namespace's first stored block is a first block (depth 0), whose
-  // parent key is the namespace root: learn each namespace's LoRA name there.
+  // Learn each namespace's LoRA name from its root, once.
   for (const KvRecord& r : records) {
-    if (r.kind == KvRecord::Kind::kStored && r.depth == 0 &&
-        !lora_names_.contains(r.ns)) {
-      lora_names_[r.ns] = lora_ ? lora_(r.parent_key) : std::string();
+    if (r.kind == KvRecord::Kind::kStored && !lora_names_.contains(r.root)) {
+      lora_names_[r.root] = lora_ ? lora_(r.root) : std::string();
     }
   }
-  auto lora = [this](NamespaceId ns) { return LoraOf(ns); };
+  auto lora = [this](const BlockKey& root) { return LoraOf(root); };
   size_t begin = 0;
   while (begin < records.size()) {
     size_t end = begin;
@@ -314,8 +313,8 @@ void KvEventPublisher::PublishRecords(absl::Span<const KvRecord> records,
   }
 }
 
-const std::string* KvEventPublisher::LoraOf(NamespaceId ns) {
-  auto it = lora_names_.find(ns);
+const std::string* KvEventPublisher::LoraOf(const BlockKey& root) {
+  auto it = lora_names_.find(root);
   return it == lora_names_.end() ? nullptr : &it->second;
 }
 

@@ -143,7 +143,7 @@ class KvEventPublisher final : public EventListener {
   void Send(Payload payload);
   void SkipSeq();
   void Keep(uint64_t seq, Payload payload);
-  const std::string* LoraOf(NamespaceId ns);
+  const std::string* LoraOf(const BlockKey& root);
   // Answers one replay request (frames as received by the ROUTER).
   void AnswerReplay(std::vector<std::string>& frames);
 
@@ -171,7 +171,8 @@ class KvEventPublisher final : public EventListener {
   // Publisher thread only.
   std::vector<KvRecord> work_;
   std::vector<uint32_t> work_tokens_;
-  absl::flat_hash_map<NamespaceId, std::string> lora_names_;
+  // By namespace root (ids are reused once a namespace is forgotten).
+  absl::flat_hash_map<BlockKey, std::string> lora_names_;
 
   std::atomic<uint64_t> next_seq_{0};
   std::atomic<uint64_t> batches_{0}, events_{0}, blocks_{0}, skipped_{0};

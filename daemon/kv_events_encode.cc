@@ -127,7 +127,7 @@ void PackStored(KvPayload* buf, Packer& pk, const KvEncodeOptions& o,
   if (map) Str(pk, "medium");
   Str(pk, o.medium);
   if (map) Str(pk, "lora_name");
-  const std::string* name = lora(first.ns);
+  const std::string* name = lora(first.root);
   if (name == nullptr || name->empty()) {
     pk.pack_nil();
   } else {

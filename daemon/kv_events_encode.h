@@ -55,6 +55,7 @@ struct KvRecord {
   BlockKey parent_key;        // kStored: the namespace root at depth 0
   uint64_t token_offset = 0;  // kStored: into the batch's token array
   uint32_t token_count = 0;   // kStored: block_size, or 0 (key mode)
+  BlockKey root;              // kStored, kRemoved: the namespace's root
 };
 
 struct KvEncodeOptions {
@@ -65,7 +66,7 @@ struct KvEncodeOptions {
 };
 
 // The namespace's LoRA name for BlockStored.lora_name; null or empty: nil.
-using LoraLookup = absl::FunctionRef<const std::string*(NamespaceId ns)>;
+using LoraLookup = absl::FunctionRef<const std::string*(const BlockKey& root)>;
 
 // How many events `records` become (runs grouped as described above).
 size_t CountKvEvents(absl::Span<const KvRecord> records);

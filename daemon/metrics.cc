@@ -63,6 +63,36 @@ void AddValue(prometheus::MetricFamily* f, double v,
   f->metric.push_back(std::move(m));
 }
 
+// Per-tenant pages and counters (only with a tenants file).
+void AddTenantFamilies(const v1::Stats& s,
+                       std::vector<prometheus::MetricFamily>* out) {
+  using prometheus::MetricType;
+  auto pages = Family("radixkv_tenant_pages",
+                      "A tenant's pages by state (held: pinned or being "
+                      "written by its leases) and its limits (0: none).",
+                      MetricType::Gauge);
+  auto evicted = Family("radixkv_tenant_evicted_pages_total",
+                        "A tenant's cached pages evicted.", MetricType::Counter);
+  auto limited = Family("radixkv_tenant_limited_acquires_total",
+                        "Acquires a tenant's page limits cut short or refused.",
+                        MetricType::Counter);
+  for (const v1::TenantStats& t : s.tenants()) {
+    const std::string& name = t.name();
+    AddValue(&pages, t.cached_pages(), {{"tenant", name}, {"state", "cached"}});
+    AddValue(&pages, t.writing_pages(), {{"tenant", name}, {"state", "writing"}});
+    AddValue(&pages, t.held_pages(), {{"tenant", name}, {"state", "held"}});
+    AddValue(&pages, t.max_cached_pages(),
+             {{"tenant", name}, {"state", "max_cached"}});
+    AddValue(&pages, t.max_pinned_pages(),
+             {{"tenant", name}, {"state", "max_pinned"}});
+    AddValue(&evicted, t.evicted_pages(), {{"tenant", name}});
+    AddValue(&limited, t.limited_acquires(), {{"tenant", name}});
+  }
+  out->push_back(std::move(pages));
+  out->push_back(std::move(evicted));
+  out->push_back(std::move(limited));
+}
+
 }  // namespace
 
 const char* MethodName(Method m) {
@@ -107,6 +137,7 @@ class Metrics::StateCollector : public prometheus::Collectable {
     AddValue(&pages, s.pinned_pages(), {{"state", "pinned"}});
     AddValue(&pages, s.quarantined_pages(), {{"state", "quarantined"}});
     out.push_back(std::move(pages));
+    if (s.tenants_size() > 0) AddTenantFamilies(s, &out);
 
     auto gauge = [&out](const char* name, const char* help, double v) {
       auto f = Family(name, help, MetricType::Gauge);

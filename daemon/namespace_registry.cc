@@ -36,9 +36,46 @@ NamespaceRegistry::NamespaceRegistry(const RegistryOptions& options)
 
 absl::StatusOr<NamespaceEntry> NamespaceRegistry::Bind(
     const NamespaceSpec& spec, const NamespaceQuota& quota) {
+  absl::StatusOr<NamespaceEntry> e = BindOnce(spec, quota);
+  if (absl::IsResourceExhausted(e.status()) && tree() != nullptr &&
+      ForgetUnused() != 0) {
+    e = BindOnce(spec, quota);  // the tree (or the tenant) has room now
+  }
+  return e;
+}
+
+void NamespaceRegistry::Unbind(const BlockKey& root) {
+  absl::MutexLock lock(&mu_);
+  auto it = bound_.find(root);
+  if (it == bound_.end()) return;
+  if (--it->second == 0) bound_.erase(it);
+}
+
+size_t NamespaceRegistry::ForgetUnused() {
+  absl::MutexLock ids(&ids_mu_);
+  absl::MutexLock lock(&mu_);
+  if (tree_owner_ == nullptr) return 0;
+  std::vector<NamespaceId> candidates;
+  for (const auto& [root, e] : namespaces_) {
+    if (!bound_.contains(root)) candidates.push_back(e.id);
+  }
+  if (candidates.empty()) return 0;
+  const std::vector<NamespaceId> gone =
+      tree_owner_->ForgetEmptyNamespaces(candidates);
+  for (NamespaceId id : gone) {
+    auto it = roots_.find(id);
+    namespaces_.erase(it->second);
+    roots_.erase(it);
+  }
+  return gone.size();
+}
+
+absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindOnce(
+    const NamespaceSpec& spec, const NamespaceQuota& quota) {
   const BlockKey root = NamespaceRoot(spec);
   absl::MutexLock lock(&mu_);
   if (auto it = namespaces_.find(root); it != namespaces_.end()) {
+    ++bound_[root];
     return it->second;
   }
   if (quota.max != 0) {
@@ -58,7 +95,7 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::Bind(
                                      quota.max, " (--tenants) is reached"));
     }
   }
-  if (tree_owner_ == nullptr) return BindFirst(spec, root);
+  if (tree_owner_ == nullptr) return BindFirst(spec, root, quota.account);
   // A none pool has no page memory, but its layout is still fixed by the
   // first namespace so that moving to a real pool changes nothing.
   const uint64_t page_bytes = NamespacePageBytes(spec);
@@ -76,7 +113,8 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::Bind(
             : absl::StrCat("fixed by the first namespace bound to it (model '",
                            first_model_, "')"));
   }
-  absl::StatusOr<NamespaceId> id = tree_owner_->RegisterNamespace(spec);
+  absl::StatusOr<NamespaceId> id =
+      tree_owner_->RegisterNamespace(spec, quota.account);
   if (!id.ok()) {
     return WithField("namespace", absl::IsResourceExhausted(id.status())
                                       ? v1::ERROR_REASON_LIMIT
@@ -111,7 +149,7 @@ absl::Status NamespaceRegistry::CheckFirstLayout(uint64_t page_bytes) const {
 }
 
 absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
-    const NamespaceSpec& spec, const BlockKey& root) {
+    const NamespaceSpec& spec, const BlockKey& root, uint32_t account) {
   const uint64_t page_bytes = NamespacePageBytes(spec);
   RETURN_IF_ERROR(CheckFirstLayout(page_bytes));
   if (options_.pool.backend != gpu::Backend::kNone && page_bytes == 0) {
@@ -136,8 +174,13 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
   topts.listener = options_.events;
   topts.fence_unended_leases =
       options_.fence && options_.pool.backend != gpu::Backend::kNone;
+  topts.accounts = std::max<uint32_t>(
+      1, static_cast<uint32_t>(options_.account_limits.size()));
   ASSIGN_OR_RETURN(std::unique_ptr<RadixTree> tree, RadixTree::Create(topts));
-  ASSIGN_OR_RETURN(NamespaceId id, tree->RegisterNamespace(spec));
+  for (uint32_t a = 0; a < options_.account_limits.size(); ++a) {
+    RETURN_IF_ERROR(tree->SetAccountLimits(a, options_.account_limits[a]));
+  }
+  ASSIGN_OR_RETURN(NamespaceId id, tree->RegisterNamespace(spec, account));
   pool_owner_ = std::move(pool);
   tree_owner_ = std::move(tree);
   pool_.store(pool_owner_.get(), std::memory_order_release);
@@ -161,7 +204,7 @@ NamespaceEntry NamespaceRegistry::Record(NamespaceId id,
   NamespaceEntry e{id, spec, root};
   namespaces_[root] = e;
   roots_[id] = root;
-  if (options_.events != nullptr) options_.events->SetNamespaceRoot(id, root);
+  ++bound_[root];
   return e;
 }
 

@@ -9,9 +9,16 @@
 // pages of index). A namespace with other page_bytes is refused with
 // FAILED_PRECONDITION naming both sizes; nothing is allocated for it.
 //
+// Namespaces are forgotten when nothing uses them: Bind counts the sessions
+// bound to each (Unbind uncounts), and ForgetUnused (the sweeper, and Bind
+// when the tree holds the most namespaces it can) lets the tree forget
+// every one with no session, no cached block and no lease; its id may then
+// go to another namespace. A caller that looks an id up without a session
+// (Match, Explain, DumpTree) holds GuardIds() until it is done with it.
+//
 // Thread safety: thread-safe. tree() and pool() are published once (release
 // ordering) and never change afterwards, so they are read without a lock.
-// Lock order: the registry's mutex before the tree's.
+// Lock order: the id guard, then the registry's mutex, then the tree's.
 #ifndef RADIXKV_DAEMON_NAMESPACE_REGISTRY_H_
 #define RADIXKV_DAEMON_NAMESPACE_REGISTRY_H_
 
@@ -45,6 +52,9 @@ struct RegistryOptions {
   uint64_t max_pool_pages = uint64_t{1} << 22;
   // RadixTreeOptions for the tree.
   uint32_t max_page_size = 1024;
+  // One entry per tree account (index = account); empty: one account
+  // without limits.
+  std::vector<AccountLimits> account_limits;
   uint32_t remembered_evictions = 4096;
   // Receives the tree's events and learns each namespace's root. Not
   // owned; may be null; must outlive the registry.
@@ -62,6 +72,8 @@ struct NamespaceQuota {
   std::string salt_prefix;
   std::string tenant;
   uint32_t max = 0;
+  // The tree account the tenant's namespaces belong to.
+  uint32_t account = 0;
 };
 
 class NamespaceRegistry {
@@ -74,8 +86,26 @@ class NamespaceRegistry {
   // use; an equal spec gets the same entry again. Errors name the field or
   // the flag (--pool), or the tenant's max_namespaces (RESOURCE_EXHAUSTED),
   // and change nothing.
+  // A successful Bind counts one more session bound to the namespace.
   absl::StatusOr<NamespaceEntry> Bind(const NamespaceSpec& spec,
                                       const NamespaceQuota& quota = {});
+  // One session fewer bound to the namespace `root`.
+  void Unbind(const BlockKey& root);
+  // Forgets every namespace that no session is bound to and that holds
+  // nothing in the tree; returns how many.
+  size_t ForgetUnused();
+
+  // While alive, no namespace id is forgotten (shared; cheap).
+  class ABSL_SCOPED_LOCKABLE IdGuard {
+   public:
+    explicit IdGuard(absl::Mutex* mu) ABSL_SHARED_LOCK_FUNCTION(mu)
+        : lock_(mu) {}
+    ~IdGuard() ABSL_UNLOCK_FUNCTION() = default;
+
+   private:
+    absl::ReaderMutexLock lock_;
+  };
+  IdGuard GuardIds() const { return IdGuard(&ids_mu_); }
   // The registered namespace with this root, if any.
   bool Find(const BlockKey& root, NamespaceEntry* out) const;
   // Registered namespaces other than `except` with this page_size.
@@ -93,8 +123,11 @@ class NamespaceRegistry {
 
  private:
   // Creates pool and tree for the first namespace. REQUIRES: mu_ held.
+  absl::StatusOr<NamespaceEntry> BindOnce(const NamespaceSpec& spec,
+                                          const NamespaceQuota& quota);
   absl::StatusOr<NamespaceEntry> BindFirst(const NamespaceSpec& spec,
-                                           const BlockKey& root)
+                                           const BlockKey& root,
+                                           uint32_t account)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the first namespace's page_bytes may fix the pool: equal to
   // --pool's page_bytes when set, and dividing the pool into at most
@@ -106,6 +139,8 @@ class NamespaceRegistry {
 
   const RegistryOptions options_;
 
+  // Held shared by GuardIds, exclusively while ids are forgotten.
+  mutable absl::Mutex ids_mu_;
   mutable absl::Mutex mu_;
   // mu_ protects the following.
   std::unique_ptr<gpu::PagePool> pool_owner_ ABSL_GUARDED_BY(mu_);
@@ -113,6 +148,8 @@ class NamespaceRegistry {
   absl::flat_hash_map<BlockKey, NamespaceEntry> namespaces_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<NamespaceId, BlockKey> roots_ ABSL_GUARDED_BY(mu_);
+  // Sessions bound to each namespace (absent: none).
+  absl::flat_hash_map<BlockKey, uint32_t> bound_ ABSL_GUARDED_BY(mu_);
   std::string first_model_ ABSL_GUARDED_BY(mu_);
   uint64_t first_page_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 

@@ -249,6 +249,17 @@ absl::Status Server::Init() {
     attach_path_ = AttachSocketPathFor(options_.socket_path);
   }
   copts.attach_socket = attach_path_;
+  if (policy_->accounts() > 1) {
+    // Account 0 (the daemon's own calls) has no name and no limits.
+    copts.account_names.assign(1, "");
+    copts.account_limits.assign(1, AccountLimits{});
+    for (const Tenant& t : policy_->tenants()) {
+      copts.account_names.push_back(t.name);
+      copts.account_limits.push_back({.max_pages = t.max_cached_pages,
+                                      .max_pinned_pages = t.max_pinned_pages,
+                                      .weight = t.weight});
+    }
+  }
   cache_ = std::make_unique<Cache>(copts);
   if (!options_.kv_events.endpoint.empty()) {
     // Attached before any namespace binds, so it sees every tree event.

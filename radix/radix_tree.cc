@@ -111,11 +111,12 @@ RadixTree::Impl::Impl(const RadixTreeOptions& o)
       fence(o.fence_unended_leases),
       listener(o.listener),
       epoch(absl::Now()),
-      sentinel(o.capacity_pages) {}
+      sentinel(o.capacity_pages),
+      accounts(o.accounts) {}
 
 absl::Status RadixTree::Impl::Init() {
   WriterMutexLock lock(&mu);
-  const size_t slots = size_t{capacity} + 1;
+  const size_t slots = size_t{capacity} + accounts.size();
   nodes.reset(NewLargeArray<Node>(slots));
   links.reset(NewLargeArray<radix_internal::Link>(slots));
   if (nodes == nullptr || links == nullptr) {
@@ -140,8 +141,7 @@ absl::Status RadixTree::Impl::Init() {
   }
   free_head = capacity > 0 ? 0 : kNoPage;
   free_count = capacity;
-  links[sentinel].prev = sentinel;
-  links[sentinel].next = sentinel;
+  for (PageId s = sentinel; s < slots; ++s) links[s] = {s, s};
   return absl::OkStatus();
 }
 
@@ -171,20 +171,49 @@ void RadixTree::Impl::RememberEviction(const BlockKey& k) {
   if (++evicted_next == remembered_evictions) evicted_next = 0;
 }
 
-bool RadixTree::Impl::EvictOne() {
+PageId RadixTree::Impl::VictimList() const {
+  if (accounts.size() == 1) {
+    return links[sentinel].next != sentinel ? sentinel : kNoPage;
+  }
+  // The account with the most cached pages per unit of weight that has an
+  // unpinned leaf: cached_a / weight_a > cached_b / weight_b, compared as
+  // products.
+  PageId best = kNoPage;
+  uint64_t best_cached = 0, best_weight = 1;
+  for (uint32_t i = 0; i < accounts.size(); ++i) {
+    const PageId head = sentinel + i;
+    if (links[head].next == head) continue;
+    const radix_internal::Account& a = accounts[i];
+    const unsigned __int128 lhs =
+        static_cast<unsigned __int128>(a.cached) * best_weight;
+    const unsigned __int128 rhs =
+        static_cast<unsigned __int128>(best_cached) * a.limits.weight;
+    if (best == kNoPage || lhs > rhs) {
+      best = head;
+      best_cached = a.cached;
+      best_weight = a.limits.weight;
+    }
+  }
+  return best;
+}
+
+bool RadixTree::Impl::EvictFrom(PageId head) {
   // The hot path of eviction: no divisions, no repeated unique_ptr loads.
   Node* const nd = nodes.get();
   radix_internal::Link* const ln = links.get();
-  const PageId p = ln[sentinel].next;
-  if (p == sentinel) return false;
+  const PageId p = ln[head].next;
+  if (p == head) return false;
   Node& n = nd[p];
   const PageId next = ln[p].next;
   __builtin_prefetch(&nd[next]);  // the likely next victim
-  ln[sentinel].next = next;       // unlink the list head
-  ln[next].prev = sentinel;
+  ln[head].next = next;           // unlink the list head
+  ln[next].prev = head;
   index.erase(p);
   if (n.parent != kNoPage) --nd[n.parent].children;
   --namespaces[n.ns].cached_blocks;
+  radix_internal::Account& a = AccountOf(n.ns);
+  --a.cached;
+  ++a.evicted;
   --cached_count;
   ++stats.evicted_pages;
   ++eviction_epoch;
@@ -193,6 +222,7 @@ bool RadixTree::Impl::EvictOne() {
     TreeEvent e;
     e.type = TreeEvent::Type::kRemoved;
     e.ns = n.ns;
+    e.root = namespaces[n.ns].root;
     e.key = n.key;
     e.parent_key = ParentKey(n);
     e.page = p;
@@ -208,6 +238,12 @@ uint64_t RadixTree::Impl::EvictMany(uint64_t max) {
   // links and prefetches victims' nodes, the near one (whose nodes have
   // arrived by then) prefetches their index buckets. Only the walk over the
   // dense links array stays a chain of dependent loads.
+  if (accounts.size() != 1) {
+    // Each victim may come from another account's list: no scouting.
+    uint64_t n = 0;
+    while (n < max && EvictOne()) ++n;
+    return n;
+  }
   constexpr uint64_t kNodeAhead = 16;
   constexpr uint64_t kBucketAhead = 8;
   const Node* const nd = nodes.get();
@@ -227,7 +263,7 @@ uint64_t RadixTree::Impl::EvictMany(uint64_t max) {
       near = ln[near].next;
       ++near_n;
     }
-    if (!EvictOne()) break;
+    if (!EvictFrom(sentinel)) break;
     ++n;
   }
   return n;
@@ -243,7 +279,7 @@ void RadixTree::Impl::FlushEvents() {
 absl::Status RadixTree::Impl::ValidateRequest(
     const char* op, NamespaceId ns, absl::Span<const BlockKey> keys,
     absl::Span<const uint32_t> tokens) const {
-  if (ns >= namespaces.size()) {
+  if (!LiveNamespace(ns)) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": unknown namespace id ", ns, " (", namespaces.size(),
                      " registered)"));
@@ -272,6 +308,12 @@ absl::StatusOr<std::unique_ptr<RadixTree>> RadixTree::Create(
   if (options.max_page_size == 0) {
     return absl::InvalidArgumentError("max_page_size must be at least 1");
   }
+  if (options.accounts == 0 || options.accounts > kMaxAccounts ||
+      options.capacity_pages >= kNoPage - options.accounts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "accounts=", options.accounts, " must be in [1, ", kMaxAccounts,
+        "] and capacity_pages + accounts below ", kNoPage));
+  }
   auto impl = std::make_unique<Impl>(options);
   RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<RadixTree>(new RadixTree(std::move(impl)));
@@ -282,8 +324,12 @@ RadixTree::RadixTree(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RadixTree::~RadixTree() = default;
 
 absl::StatusOr<NamespaceId> RadixTree::RegisterNamespace(
-    const NamespaceSpec& spec) {
+    const NamespaceSpec& spec, uint32_t account) {
   Impl& m = *impl_;
+  if (account >= m.accounts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "account ", account, " is not below accounts=", m.accounts.size()));
+  }
   if (spec.page_size == 0 || spec.page_size > m.max_page_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "namespace.page_size=", spec.page_size, " must be in [1, ",
@@ -295,6 +341,11 @@ absl::StatusOr<NamespaceId> RadixTree::RegisterNamespace(
     if (!(m.namespaces[it->second].spec == spec)) {
       return absl::InternalError(absl::StrCat(
           "namespace root ", root.ToHex(), " is shared by two different specs"));
+    }
+    if (m.namespaces[it->second].account != account) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "namespace ", root.ToHex(), " belongs to account ",
+          m.namespaces[it->second].account, ", not ", account));
     }
     return it->second;
   }
@@ -314,27 +365,77 @@ absl::StatusOr<NamespaceId> RadixTree::RegisterNamespace(
         " differs from the page_size=", m.arena_page_size,
         " this tree's token storage was sized for by its first namespace"));
   }
-  if (m.namespaces.size() >= kMaxNamespaces) {
+  NamespaceId id;
+  if (!m.free_namespaces.empty()) {
+    id = m.free_namespaces.back();
+    m.free_namespaces.pop_back();
+    m.namespaces[id] = Namespace{spec, root, 0, kNoPage, account};
+  } else if (m.namespaces.size() >= kMaxNamespaces) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "RegisterNamespace: the tree holds ", kMaxNamespaces,
         " namespaces, the most it can"));
+  } else {
+    id = static_cast<NamespaceId>(m.namespaces.size());
+    m.namespaces.push_back(Namespace{spec, root, 0, kNoPage, account});
   }
-  const auto id = static_cast<NamespaceId>(m.namespaces.size());
-  m.namespaces.push_back(Namespace{spec, root, 0, kNoPage});
   m.ns_by_root.emplace(root, id);
+  ++m.accounts[account].namespaces;
   return id;
+}
+
+std::vector<NamespaceId> RadixTree::ForgetEmptyNamespaces(
+    absl::Span<const NamespaceId> candidates) {
+  Impl& m = *impl_;
+  std::vector<NamespaceId> out;
+  WriterMutexLock lock(&m.mu);
+  for (NamespaceId id : candidates) {
+    if (!m.LiveNamespace(id)) continue;
+    Namespace& n = m.namespaces[id];
+    if (n.cached_blocks != 0 || n.leases != 0) continue;
+    m.ns_by_root.erase(n.root);
+    --m.accounts[n.account].namespaces;
+    n = Namespace{};
+    n.live = false;
+    m.free_namespaces.push_back(id);
+    out.push_back(id);
+  }
+  return out;
+}
+
+absl::Status RadixTree::SetAccountLimits(uint32_t account,
+                                         const AccountLimits& limits) {
+  Impl& m = *impl_;
+  if (account >= m.accounts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "account ", account, " is not below accounts=", m.accounts.size()));
+  }
+  if (limits.weight == 0) {
+    return absl::InvalidArgumentError("AccountLimits.weight must be at least 1");
+  }
+  WriterMutexLock lock(&m.mu);
+  m.accounts[account].limits = limits;
+  return absl::OkStatus();
+}
+
+AccountStats RadixTree::GetAccountStats(uint32_t account) const {
+  ReaderMutexLock lock(&impl_->mu);
+  const radix_internal::Account& a = impl_->accounts[account];
+  return AccountStats{a.cached, a.writing, a.held,
+                      a.namespaces, a.evicted, a.limited};
+}
+
+uint32_t RadixTree::accounts() const {
+  return static_cast<uint32_t>(impl_->accounts.size());
 }
 
 BlockKey RadixTree::namespace_root(NamespaceId ns) const {
   ReaderMutexLock lock(&impl_->mu);
-  return ns < impl_->namespaces.size() ? impl_->namespaces[ns].root
-                                       : BlockKey{};
+  return impl_->LiveNamespace(ns) ? impl_->namespaces[ns].root : BlockKey{};
 }
 
 uint32_t RadixTree::page_size(NamespaceId ns) const {
   ReaderMutexLock lock(&impl_->mu);
-  return ns < impl_->namespaces.size() ? impl_->namespaces[ns].spec.page_size
-                                       : 0;
+  return impl_->LiveNamespace(ns) ? impl_->namespaces[ns].spec.page_size : 0;
 }
 
 std::vector<NamespaceInfo> RadixTree::ListNamespaces() const {
@@ -343,6 +444,7 @@ std::vector<NamespaceInfo> RadixTree::ListNamespaces() const {
   out.reserve(impl_->namespaces.size());
   for (size_t i = 0; i < impl_->namespaces.size(); ++i) {
     const Namespace& n = impl_->namespaces[i];
+    if (!n.live) continue;
     out.push_back(NamespaceInfo{static_cast<NamespaceId>(i), n.spec, n.root,
                                 n.cached_blocks});
   }

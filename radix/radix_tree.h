@@ -97,6 +97,9 @@ struct TreeEvent {
   enum class Type : uint8_t { kStored, kRemoved, kCleared };
   Type type = Type::kStored;
   NamespaceId ns = 0;
+  // kStored / kRemoved: the namespace's root key. Namespace ids are reused
+  // once ForgetEmptyNamespaces has let one go; the root never is.
+  BlockKey root;
   BlockKey key;         // kStored / kRemoved
   BlockKey parent_key;  // kStored: the parent's key (the namespace root for a first block)
   PageId page = kNoPage;
@@ -149,6 +152,42 @@ struct RadixTreeOptions {
   // thus never handed to another writer while the old one may still write
   // them. false: such leases end at once, as if released.
   bool fence_unended_leases = false;
+  // Accounts sharing the pool (radixkvd: one per tenant), 1 ..
+  // kMaxAccounts. Each namespace belongs to one (RegisterNamespace).
+  // Eviction is fair between them: see AccountLimits.
+  uint32_t accounts = 1;
+};
+
+inline constexpr uint32_t kMaxAccounts = 4096;
+
+// What an account may hold (RadixTree::SetAccountLimits). Eviction is fair
+// between accounts: a page needed by an account at its max_pages comes
+// from that account's own least recently used leaf; otherwise, when no page
+// is free, the victim is the least recently used unpinned leaf of the
+// account whose cached pages per unit of weight are the most (ties: the
+// lowest account). So one account's churn cannot push another below its
+// weighted share of the pool, and with one account eviction is plain LRU.
+struct AccountLimits {
+  // Most pages the account's namespaces may hold cached or WRITING (0: no
+  // limit). Allocation beyond it evicts the account's own leaves, and gets
+  // fewer pages when none of them is evictable.
+  uint64_t max_pages = 0;
+  // Most pages the account's leases may hold at once (pinned path and
+  // WRITING pages; 0: no limit). Acquire gets a shorter prefix and fewer
+  // new pages to fit, and RESOURCE_EXHAUSTED when none fits.
+  uint64_t max_pinned_pages = 0;
+  // The account's share of the pool relative to the others' (>= 1).
+  uint32_t weight = 1;
+};
+
+// An account's pages now and its counters since the tree was created.
+struct AccountStats {
+  uint64_t cached_pages = 0;
+  uint64_t writing_pages = 0;
+  uint64_t held_pages = 0;      // held by its leases (pinned + WRITING)
+  uint64_t namespaces = 0;
+  uint64_t evicted_pages = 0;   // its cached pages evicted
+  uint64_t limited_acquires = 0;  // Acquires cut short by its limits
 };
 
 // Who holds a lease: an opaque id the caller chooses (radixkvd: one per
@@ -211,6 +250,9 @@ struct AcquireResult {
   uint32_t new_blocks = 0;
   uint32_t evicted_pages = 0;    // evicted to make room for the new pages
   uint32_t collisions = 0;       // key hits rejected by token verification
+  // The namespace's account limits (AccountLimits) cut this lease short:
+  // fewer matched or new pages than the prompt and pool allowed.
+  bool account_limited = false;
 };
 
 struct CommitResult {
@@ -318,8 +360,30 @@ class RadixTree {
   // equal spec always gets the same id). INVALID_ARGUMENT names the field
   // when page_size is 0 or above max_page_size; FAILED_PRECONDITION when
   // page_size differs from the one the tree's token storage was sized for;
-  // RESOURCE_EXHAUSTED once kMaxNamespaces are registered.
-  absl::StatusOr<NamespaceId> RegisterNamespace(const NamespaceSpec& spec);
+  // RESOURCE_EXHAUSTED once kMaxNamespaces are registered. The namespace
+  // belongs to `account` (INVALID_ARGUMENT when not below
+  // RadixTreeOptions::accounts); an equal spec registered again keeps its
+  // first account (FAILED_PRECONDITION if another is named).
+  absl::StatusOr<NamespaceId> RegisterNamespace(const NamespaceSpec& spec,
+                                                uint32_t account = 0);
+  // Forgets each namespace of `candidates` that holds nothing (no cached
+  // block, no lease, fenced ones included) and returns their ids, which a
+  // later RegisterNamespace may give to another spec. Unknown and already
+  // forgotten ids are skipped. The caller guarantees that nothing still
+  // uses a returned id (radixkvd: no session is bound to it, and id lookups
+  // exclude this call); registering the same spec again gets a fresh id,
+  // under which nothing is cached.
+  std::vector<NamespaceId> ForgetEmptyNamespaces(
+      absl::Span<const NamespaceId> candidates);
+
+  // --- Accounts -----------------------------------------------------------
+  // Sets an account's limits (see AccountLimits); later allocations and
+  // evictions follow them, pages already held stay. INVALID_ARGUMENT for an
+  // account not below RadixTreeOptions::accounts or a weight of 0.
+  absl::Status SetAccountLimits(uint32_t account, const AccountLimits& limits);
+  // REQUIRES: account < RadixTreeOptions::accounts.
+  AccountStats GetAccountStats(uint32_t account) const;
+  uint32_t accounts() const;
   // The namespace's root key. REQUIRES: ns was returned by RegisterNamespace.
   BlockKey namespace_root(NamespaceId ns) const;
   uint32_t page_size(NamespaceId ns) const;

@@ -173,7 +173,7 @@ TreeStats RadixTree::GetStats() const {
   s.pinned_pages = m.pinned_count;
   s.nodes = m.cached_count;
   s.leases = m.leases.size();
-  s.namespaces = m.namespaces.size();
+  s.namespaces = m.namespaces.size() - m.free_namespaces.size();
   s.matches = m.matches.load(std::memory_order_relaxed);
   s.walked_blocks = m.walked_blocks.load(std::memory_order_relaxed);
   s.hashed_blocks = m.hashed_blocks.load(std::memory_order_relaxed);
@@ -256,7 +256,7 @@ absl::Status RadixTree::Impl::CheckNodes(PageCounts* c) const {
       case PageState::kCached: {
         ++n_cached;
         if (n.refs > 0) ++n_pinned;
-        if (n.ns >= namespaces.size()) {
+        if (!LiveNamespace(n.ns)) {
           return fail("page ", p, " has unknown namespace ", n.ns);
         }
         ++ns_blocks[n.ns];
@@ -307,10 +307,18 @@ absl::Status RadixTree::Impl::CheckNodes(PageCounts* c) const {
                   children[p]);
     }
   }
+  std::vector<uint64_t> account_cached(accounts.size(), 0);
   for (size_t i = 0; i < namespaces.size(); ++i) {
     if (namespaces[i].cached_blocks != ns_blocks[i]) {
       return fail("namespace ", i, " counts ", namespaces[i].cached_blocks,
                   " blocks, scan finds ", ns_blocks[i]);
+    }
+    account_cached[namespaces[i].account] += ns_blocks[i];
+  }
+  for (size_t a = 0; a < accounts.size(); ++a) {
+    if (accounts[a].cached != account_cached[a]) {
+      return fail("account ", a, " counts ", accounts[a].cached,
+                  " cached pages, scan finds ", account_cached[a]);
     }
   }
   c->free = n_free;
@@ -334,23 +342,31 @@ absl::Status RadixTree::Impl::CheckLists(const PageCounts& c) const {
   if (listed != n_free) {
     return fail("free list has ", listed, " pages, ", n_free, " are free");
   }
-  // Recency list: exactly the unpinned cached nodes, each older than its
-  // parent (when the parent is unpinned too).
+  // Recency lists: exactly the unpinned cached nodes, each on its
+  // account's list and older than its parent (when the parent is unpinned
+  // too).
   std::vector<uint32_t> pos(capacity, 0);  // 1-based position; 0: absent
   uint32_t rank = 0;
-  PageId prev = sentinel;
-  for (PageId p = links[sentinel].next; p != sentinel; p = links[p].next) {
-    if (p >= capacity) return fail("recency list holds bad page ", p);
-    const Node& n = nodes[p];
-    if (n.state != PageState::kCached || n.refs != 0) {
-      return fail("recency list holds page ", p, " that is pinned or not cached");
+  for (uint32_t a = 0; a < accounts.size(); ++a) {
+    const PageId head = sentinel + a;
+    PageId prev = head;
+    for (PageId p = links[head].next; p != head; p = links[p].next) {
+      if (p >= capacity) return fail("recency list holds bad page ", p);
+      const Node& n = nodes[p];
+      if (n.state != PageState::kCached || n.refs != 0) {
+        return fail("recency list holds page ", p,
+                    " that is pinned or not cached");
+      }
+      if (namespaces[n.ns].account != a) {
+        return fail("page ", p, " is on account ", a, "'s recency list");
+      }
+      if (links[p].prev != prev) return fail("recency list back link at ", p);
+      if (pos[p] != 0 || rank >= capacity) return fail("recency list cycle");
+      pos[p] = ++rank;
+      prev = p;
     }
-    if (links[p].prev != prev) return fail("recency list back link at ", p);
-    if (pos[p] != 0 || rank >= capacity) return fail("recency list cycle");
-    pos[p] = ++rank;
-    prev = p;
+    if (links[head].prev != prev) return fail("recency list tail link");
   }
-  if (links[sentinel].prev != prev) return fail("recency list tail link");
   if (rank != n_cached - n_pinned) {
     return fail("recency list has ", rank, " nodes, ", n_cached - n_pinned,
                 " are unpinned");
@@ -379,7 +395,16 @@ absl::Status RadixTree::Impl::CheckLeases(uint64_t n_writing) const {
   uint64_t lease_writing = 0;
   absl::flat_hash_map<OwnerId, OwnerCount> per_owner;
   uint64_t n_fenced = 0, n_fenced_pages = 0;
+  std::vector<uint64_t> account_held(accounts.size(), 0);
+  std::vector<uint64_t> account_writing(accounts.size(), 0);
+  std::vector<uint32_t> ns_leases(namespaces.size(), 0);
   for (const auto& [id, lease] : leases) {
+    if (!LiveNamespace(lease.ns)) {
+      return fail("lease ", id, " is in unknown namespace ", lease.ns);
+    }
+    ++ns_leases[lease.ns];
+    const uint32_t account = namespaces[lease.ns].account;
+    account_held[account] += lease.held;
     if (lease.owner != kNoOwner) {
       ++per_owner[lease.owner].leases;
       per_owner[lease.owner].pages += lease.held;
@@ -405,6 +430,7 @@ absl::Status RadixTree::Impl::CheckLeases(uint64_t n_writing) const {
       if (nodes[p].state == PageState::kWriting) {
         if (owned[p]++) return fail("page ", p, " owned by two leases");
         ++lease_writing;
+        ++account_writing[account];
         ++lease_held;
       }
     }
@@ -432,6 +458,20 @@ absl::Status RadixTree::Impl::CheckLeases(uint64_t n_writing) const {
   }
   if (lease_writing != n_writing) {
     return fail(n_writing, " pages are writing, leases own ", lease_writing);
+  }
+  for (size_t i = 0; i < namespaces.size(); ++i) {
+    if (namespaces[i].leases != ns_leases[i]) {
+      return fail("namespace ", i, " counts ", namespaces[i].leases,
+                  " leases, the lease table ", ns_leases[i]);
+    }
+  }
+  for (size_t a = 0; a < accounts.size(); ++a) {
+    if (accounts[a].held != account_held[a] ||
+        accounts[a].writing != account_writing[a]) {
+      return fail("account ", a, " counts ", accounts[a].held, " held and ",
+                  accounts[a].writing, " writing pages, its leases ",
+                  account_held[a], " and ", account_writing[a]);
+    }
   }
   for (PageId p = 0; p < capacity; ++p) {
     if (nodes[p].state == PageState::kCached && nodes[p].refs != pins[p]) {

@@ -18,9 +18,12 @@
 // Lists threaded through links[p] (a dense 8-byte-per-page array apart from
 // the nodes, so walking the recency list touches 8 MB at 1 M pages, not the
 // 40 MB of nodes: eviction chases these links one dependent load at a time)
-//   * the recency list: exactly the CACHED nodes with refs == 0, oldest
-//     first after the sentinel. Invariant: a node is older than its parent
-//     (or its parent is pinned), so the oldest entry is an unpinned leaf.
+//   * the recency lists, one per account, each headed by its sentinel at
+//     slot capacity + account: exactly the CACHED nodes with refs == 0 of
+//     the account's namespaces, oldest first after the sentinel. Invariant:
+//     a node is older than its parent (or its parent is pinned), so the
+//     oldest entry is an unpinned leaf (parent and child always share a
+//     namespace, hence an account).
 //   * the free list: FREE pages, singly linked through links[p].next, LIFO.
 //
 // Leases
@@ -245,6 +248,22 @@ struct Namespace {
   BlockKey root;
   uint64_t cached_blocks = 0;
   PageId hot_root = kNoPage;  // Node::hot_child for the first block
+  uint32_t account = 0;
+  uint32_t leases = 0;  // live and fenced leases in it
+  // false once forgotten (ForgetEmptyNamespaces): the id is on
+  // Impl::free_namespaces, and no node, lease or request refers to it.
+  bool live = true;
+};
+
+// One account's limits and pages (AccountLimits, AccountStats).
+struct Account {
+  AccountLimits limits;
+  uint64_t cached = 0;
+  uint64_t writing = 0;
+  uint64_t held = 0;  // pages its leases hold (Lease::held)
+  uint64_t namespaces = 0;
+  uint64_t evicted = 0;
+  uint64_t limited = 0;
 };
 
 // A token-mode prompt's keys, found before the tree's exclusive lock is
@@ -420,13 +439,22 @@ struct RadixTree::Impl {
     links[l.next].prev = l.prev;
     l.prev = l.next = kNoPage;
   }
+  // The sentinel of the recency list of `ns`'s account.
+  PageId SentinelOf(NamespaceId ns) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return sentinel + namespaces[ns].account;
+  }
+  radix_internal::Account& AccountOf(NamespaceId ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return accounts[namespaces[ns].account];
+  }
   void LruAppend(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    radix_internal::Link& s = links[sentinel];
+    const PageId head = SentinelOf(nodes[p].ns);
+    radix_internal::Link& s = links[head];
     radix_internal::Link& l = links[p];
     assert(l.prev == kNoPage && l.next == kNoPage &&
            "LruAppend: page is already on a list");
     l.prev = s.prev;
-    l.next = sentinel;
+    l.next = head;
     links[s.prev].next = p;
     s.prev = p;
   }
@@ -457,11 +485,29 @@ struct RadixTree::Impl {
   }
   PageId PopFree() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void PushFree(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Evicts the oldest unpinned leaf; false when none is unpinned.
-  bool EvictOne() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Evicts up to `max` oldest unpinned leaves (a batch); returns how many.
+  // The sentinel of the recency list the next victim comes from when the
+  // pool is full (AccountLimits has the rule: the account with the most
+  // cached pages per unit of weight among those with an unpinned leaf), or
+  // kNoPage when no list has one. An account at its own max_pages evicts
+  // from its own list instead (AcquireLocked).
+  PageId VictimList() const ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // Evicts the oldest unpinned leaf of the list headed by `head`; false
+  // when the list is empty.
+  bool EvictFrom(PageId head) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Evicts the oldest unpinned leaf of VictimList(); false when there is
+  // none.
+  bool EvictOne() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const PageId head = VictimList();
+    return head != kNoPage && EvictFrom(head);
+  }
+  // Evicts up to `max` unpinned leaves (a batch, VictimList() for each);
+  // returns how many.
   uint64_t EvictMany(uint64_t max) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void RememberEviction(const BlockKey& k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Whether `ns` names a registered namespace that was not forgotten.
+  bool LiveNamespace(NamespaceId ns) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return ns < namespaces.size() && namespaces[ns].live;
+  }
   BlockKey ParentKey(const Node& n) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
     return n.parent == kNoPage ? namespaces[n.ns].root : nodes[n.parent].key;
   }
@@ -484,6 +530,11 @@ struct RadixTree::Impl {
   // Checks AcquireRequest::end_leases and max_owner_leases; changes nothing.
   absl::Status CheckEndLeases(const AcquireRequest& req, absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // Checks the pages the account of req.ns holds against its
+  // max_pinned_pages (end_leases counted as ended); RESOURCE_EXHAUSTED,
+  // counted as a limited Acquire, when no page fits.
+  absl::Status CheckAccountPins(const AcquireRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Acquire given the prompt's keys: takes the lock, checks, then
   // AcquireLocked.
   absl::StatusOr<AcquireResult> AcquireResolved(
@@ -546,15 +597,16 @@ struct RadixTree::Impl {
   const bool fence;  // RadixTreeOptions::fence_unended_leases
   EventListener* const listener;
   const absl::Time epoch;
-  const PageId sentinel;  // == capacity
+  const PageId sentinel;  // == capacity: account 0's list head
 
   mutable SharedMutex mu;
   // mu protects the following state.
-  // capacity + 1 nodes (the last belongs to the sentinel); never
+  // capacity + accounts.size() nodes (the last ones are the sentinels'); never
   // reallocated, so the key index may hold a pointer to it.
   std::unique_ptr<Node[], radix_internal::LargeDeleter> nodes
       ABSL_GUARDED_BY(mu);
-  // capacity + 1 links; links[sentinel] heads the recency list.
+  // capacity + accounts.size() links; links[sentinel + a] heads account
+  // a's recency list.
   std::unique_ptr<radix_internal::Link[], radix_internal::LargeDeleter> links
       ABSL_GUARDED_BY(mu);
   KeyIndex index ABSL_GUARDED_BY(mu);
@@ -571,7 +623,12 @@ struct RadixTree::Impl {
   // valid while it is unchanged (AcquireRequest::known_epoch). Starts at 1:
   // 0 means "not walked".
   uint64_t eviction_epoch ABSL_GUARDED_BY(mu) = 1;
+  // Indexed by NamespaceId; forgotten entries stay (live == false) and
+  // their ids wait on free_namespaces for reuse.
   std::vector<Namespace> namespaces ABSL_GUARDED_BY(mu);
+  std::vector<NamespaceId> free_namespaces ABSL_GUARDED_BY(mu);
+  // RadixTreeOptions::accounts entries; never resized.
+  std::vector<radix_internal::Account> accounts ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<BlockKey, NamespaceId> ns_by_root ABSL_GUARDED_BY(mu);
   LeaseMap leases ABSL_GUARDED_BY(mu);
   // Leases (fenced included) and the pages they hold, per owner (kNoOwner

@@ -22,10 +22,12 @@ using radix_internal::ResolvedPrompt;
 
 void RadixTree::Impl::EndLease(Lease& lease) {
   const uint32_t now = NowSeconds();
+  radix_internal::Account& account = AccountOf(lease.ns);
   for (PageId p : lease.writing) {
     if (nodes[p].state == PageState::kWriting) {
-      assert(writing_count > 0);
+      assert(writing_count > 0 && account.writing > 0);
       --writing_count;
+      --account.writing;
       PushFree(p);
     }
   }
@@ -46,6 +48,10 @@ void RadixTree::Impl::EraseLease(LeaseMap::iterator it) {
     o->second.pages -= lease.held;
     if (--o->second.leases == 0) owner_leases.erase(o);
   }
+  radix_internal::Account& account = AccountOf(lease.ns);
+  assert(account.held >= lease.held && namespaces[lease.ns].leases > 0);
+  account.held -= lease.held;
+  --namespaces[lease.ns].leases;
   if (lease.fenced) {
     assert(fenced_leases > 0 && fenced_pages >= lease.held);
     --fenced_leases;
@@ -126,6 +132,26 @@ absl::Status RadixTree::Impl::CheckEndLeases(const AcquireRequest& req,
   return absl::OkStatus();
 }
 
+absl::Status RadixTree::Impl::CheckAccountPins(const AcquireRequest& req) {
+  const uint32_t account_id = namespaces[req.ns].account;
+  radix_internal::Account& account = accounts[account_id];
+  if (account.limits.max_pinned_pages != 0) {
+    uint64_t held = account.held;
+    for (LeaseId id : req.end_leases) {
+      const Lease& l = leases.find(id)->second;
+      if (namespaces[l.ns].account == account_id) held -= l.held;
+    }
+    if (held >= account.limits.max_pinned_pages) {
+      ++account.limited;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the account's leases hold ", held, " pages, its limit is ",
+          account.limits.max_pinned_pages,
+          " (max_pinned_pages); commit or release some"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<AcquireResult> RadixTree::Acquire(const AcquireRequest& req) {
   Impl& m = *impl_;
   if (req.keys.empty() && !req.tokens.empty()) {
@@ -162,6 +188,7 @@ absl::StatusOr<AcquireResult> RadixTree::Impl::AcquireResolved(
   WriterMutexLock lock(&mu);
   RETURN_IF_ERROR(ValidateRequest("Acquire", req.ns, prompt.keys, prompt.tokens));
   RETURN_IF_ERROR(CheckEndLeases(req, now));
+  RETURN_IF_ERROR(CheckAccountPins(req));
   return AcquireLocked(req, prompt);
 }
 
@@ -181,8 +208,25 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
     uint64_t held = o == owner_leases.end() ? 0 : o->second.pages;
     for (LeaseId id : req.end_leases) held -= leases.find(id)->second.held;
     budget = req.max_owner_pages - held;
-    if (r.pages.size() > budget) r.pages.resize(budget);
   }
+  radix_internal::Account& account = AccountOf(req.ns);
+  if (account.limits.max_pinned_pages != 0) {
+    uint64_t held = account.held;
+    for (LeaseId id : req.end_leases) {
+      const Lease& l = leases.find(id)->second;
+      if (namespaces[l.ns].account == namespaces[req.ns].account) {
+        held -= l.held;
+      }
+    }
+    const uint64_t room = account.limits.max_pinned_pages - held;
+    if (room < budget) {
+      budget = room;
+      if (r.pages.size() > budget || (req.allocate && budget < r.total_blocks)) {
+        r.account_limited = true;
+      }
+    }
+  }
+  if (r.pages.size() > budget) r.pages.resize(budget);
   r.matched_blocks = static_cast<uint32_t>(r.pages.size());
 
   stats.lookups++;
@@ -238,8 +282,19 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
   lease.ns = req.ns;
   lease.has_tokens = !prompt.tokens.empty();
   lease.chain_keyed = prompt.chain_keys;
+  const uint32_t account_id = namespaces[req.ns].account;
   for (uint32_t k = 0; k < want; ++k) {
-    if (free_head == kNoPage) {
+    const bool at_limit =
+        account.limits.max_pages != 0 &&
+        account.cached + account.writing >= account.limits.max_pages;
+    if (at_limit) {
+      // Only the account's own pages make room for it.
+      if (!EvictFrom(sentinel + account_id)) {
+        r.account_limited = true;
+        break;
+      }
+      ++r.evicted_pages;
+    } else if (free_head == kNoPage) {
       if (!EvictOne()) break;
       ++r.evicted_pages;
     }
@@ -247,6 +302,7 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
     assert(nodes[p].state == PageState::kFree);
     nodes[p].state = PageState::kWriting;
     ++writing_count;
+    ++account.writing;
     const size_t block = size_t{r.matched_blocks} + k;
     if (lease.has_tokens) {
       std::memcpy(MutableTokensOf(p), prompt.tokens.data() + block * ps,
@@ -267,8 +323,11 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
       ++c.leases;
       c.pages += lease.held;
     }
+    account.held += lease.held;
+    ++namespaces[req.ns].leases;
     leases.emplace(r.lease, std::move(lease));
   }
+  if (r.account_limited) ++account.limited;
   FlushEvents();
   return r;
 }
@@ -291,8 +350,11 @@ void RadixTree::Impl::InsertNode(Lease& lease, PageId w, const BlockKey& key,
   index.insert(w);
   if (parent != kNoPage) ++nodes[parent].children;
   ++namespaces[lease.ns].cached_blocks;
-  assert(writing_count > 0);
+  radix_internal::Account& account = AccountOf(lease.ns);
+  assert(writing_count > 0 && account.writing > 0);
   --writing_count;
+  --account.writing;
+  ++account.cached;
   ++cached_count;
   ++pinned_count;
   lease.path.push_back(w);
@@ -300,6 +362,7 @@ void RadixTree::Impl::InsertNode(Lease& lease, PageId w, const BlockKey& key,
     TreeEvent e;
     e.type = TreeEvent::Type::kStored;
     e.ns = lease.ns;
+    e.root = namespaces[lease.ns].root;
     e.key = key;
     e.parent_key = ParentKey(n);
     e.page = w;
@@ -352,6 +415,7 @@ absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
         lease.path.push_back(c);
         ++lease.held;  // w stays WRITING until the lease ends
         if (lease.owner != kNoOwner) ++m.owner_leases[lease.owner].pages;
+        ++m.AccountOf(lease.ns).held;
         ++r.deduplicated;
         r.pages.push_back(c);
       } else {

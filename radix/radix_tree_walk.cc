@@ -44,7 +44,7 @@ absl::StatusOr<ResolvedPrompt> RadixTree::Impl::ResolveTokens(
   uint32_t ps;
   {
     ReaderMutexLock lock(&mu);
-    if (ns >= namespaces.size()) {
+    if (!LiveNamespace(ns)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown namespace id ", ns, " (", namespaces.size(),
           " registered)"));
@@ -189,7 +189,7 @@ absl::StatusOr<MatchResult> RadixTree::Match(
   const Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
   if (keys.empty() && !tokens.empty()) {
-    if (ns >= m.namespaces.size()) {
+    if (!m.LiveNamespace(ns)) {
       return absl::InvalidArgumentError(
           absl::StrCat("Match: unknown namespace id ", ns, " (",
                        m.namespaces.size(), " registered)"));
@@ -279,7 +279,7 @@ size_t RadixTree::TEST_WalkTokens(NamespaceId ns,
                                   std::vector<PageId>* pages) const {
   const Impl& m = *impl_;
   ReaderMutexLock lock(&m.mu);
-  if (ns >= m.namespaces.size()) return 0;
+  if (!m.LiveNamespace(ns)) return 0;
   return m.WalkTokens(ns, tokens, keys, pages);
 }
 

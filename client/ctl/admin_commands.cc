@@ -131,6 +131,21 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
                                  " calls (identity or role)"));
   kv.Add("invariants", st.invariants_ok() ? "ok" : "VIOLATED");
   kv.Print(out);
+  if (st.tenants_size() == 0) return;
+  // Per tenant (a --tenants file): its share of the pool and its limits.
+  out << "\n";
+  Table t({"TENANT", "CACHED", "WRITING", "HELD", "MAX CACHED", "MAX HELD",
+           "WEIGHT", "EVICTED", "LIMITED"});
+  t.AlignRight({1, 2, 3, 4, 5, 6, 7, 8});
+  auto limit = [](uint64_t v) { return v == 0 ? std::string("-") : HumanCount(v); };
+  for (const v1::TenantStats& ts : st.tenants()) {
+    t.AddRow({ts.name(), HumanCount(ts.cached_pages()),
+              HumanCount(ts.writing_pages()), HumanCount(ts.held_pages()),
+              limit(ts.max_cached_pages()), limit(ts.max_pinned_pages()),
+              absl::StrCat(ts.weight()), HumanCount(ts.evicted_pages()),
+              HumanCount(ts.limited_acquires())});
+  }
+  t.Print(out);
 }
 
 

@@ -4,6 +4,7 @@
 // own (server_ops_test.cc).
 #include "daemon/cache.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -438,6 +439,51 @@ TEST_F(CacheTest, OperatorPageBytesDecidesTheLayout) {
   wide.set_head_dim(16);  // 256-byte pages
   Open(wide);
   EXPECT_EQ(Stats().capacity_pages(), 4096u);
+}
+
+TEST_F(CacheTest, NamespacesNoOneUsesAreForgottenSoNewOnesFit) {
+  Start();
+  // Each open binds a namespace of its own; closing leaves it empty. More
+  // namespaces than the tree can number come and go, and every open works.
+  v1::Namespace ns = TestNamespace();
+  std::string kept;
+  for (uint32_t i = 0; i < kMaxNamespaces + 100; ++i) {
+    ns.set_cache_salt(absl::StrCat("salt-", i));
+    const std::string sid = Open(ns);
+    ASSERT_FALSE(sid.empty()) << "open " << i;
+    if (i == 0) {
+      // One namespace keeps a cached block (and no session).
+      absl::StatusOr<v1::AcquireResponse> a = Acquire(sid, Tokens(8, 3));
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_TRUE(Commit(sid, a->lease_id(), a->new_blocks(), true).ok());
+    }
+    if (i == 1) {
+      kept = sid;  // and one keeps its session
+      continue;
+    }
+    cache_->CloseSession(sid);
+  }
+  cache_->SweepExpiredLeases();
+  // The sweeper's pass: only the two in use (and the newest ones since the
+  // last forgetting) are still listed.
+  EXPECT_GT(cache_->ForgetUnusedNamespaces(), 0u);
+  v1::ListNamespacesResponse list;
+  cache_->ListNamespaces(&list, Caller::Local());
+  ASSERT_EQ(list.namespaces_size(), 2);
+  std::vector<std::string> salts;
+  for (const auto& e : list.namespaces()) salts.push_back(e.namespace_().cache_salt());
+  std::sort(salts.begin(), salts.end());
+  EXPECT_EQ(salts, (std::vector<std::string>{"salt-0", "salt-1"}));
+  // The cached block is still found under its namespace.
+  v1::MatchRequest m;
+  ns.set_cache_salt("salt-0");
+  *m.mutable_namespace_() = ns;
+  SetTokens(&m, Tokens(8, 3));
+  v1::MatchResponse mr;
+  ASSERT_TRUE(cache_->Match(m, &mr).ok());
+  EXPECT_GT(mr.matched_blocks(), 0u);
+  EXPECT_EQ(Stats().namespaces(), 2u);
+  cache_->CloseSession(kept);
 }
 
 TEST_F(CacheTest, AbandonedLeaseIsEndedAndCounted) {

@@ -168,7 +168,7 @@ TEST(EncodeTest, RunsBecomeEventsInVllmShape) {
   KvEncodeOptions o;
   o.medium = "GPU";
   const std::string payload = EncodeKvEventBatch(
-      o, 12.5, r, tokens, [&](NamespaceId) { return &lora; });
+      o, 12.5, r, tokens, [&](const BlockKey&) { return &lora; });
   auto h = Unpack(payload);
   const msgpack::object& batch = h.get();
   ASSERT_EQ(batch.type, msgpack::type::ARRAY);
@@ -200,7 +200,7 @@ TEST(EncodeTest, RunsBecomeEventsInVllmShape) {
   o.hash = KvHashForm::kBytes;
   o.encoding = KvEventEncoding::kArray;
   auto h2 = Unpack(EncodeKvEventBatch(o, 1.0, absl::MakeSpan(r).first(1),
-                                      tokens, [](NamespaceId) {
+                                      tokens, [](const BlockKey&) {
                                         return static_cast<const std::string*>(
                                             nullptr);
                                       }));
@@ -229,7 +229,7 @@ TEST(EncodeTest, TokenIdsOfEveryWidthRoundTrip) {
     r[i].token_count = kPage;
   }
   auto h = Unpack(EncodeKvEventBatch(KvEncodeOptions(), 0.5, r, tokens,
-                                     [](NamespaceId) {
+                                     [](const BlockKey&) {
                                        return static_cast<const std::string*>(
                                            nullptr);
                                      }));

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import urllib.request
 
 import grpc
 import pytest
@@ -369,6 +370,80 @@ def test_a_peer_of_no_tenant_is_refused(daemons, tmp_path):
     assert "belongs to no tenant" in d.log()
 
 
+def store(session, tokens):
+    r = session.acquire(tokens)
+    session.kv.Commit(pb.CommitRequest(session_id=session.id, lease_id=r.lease_id,
+                                       blocks=r.new_blocks, release=True), timeout=5)
+    return r
+
+
+def test_a_busy_tenant_cannot_flush_a_quiet_one(daemons, tmp_path):
+    need_root()
+    # 16 pages of 512 bytes. beta stores 4 blocks first (the oldest in the
+    # pool), then alpha churns through 24: plain LRU would evict beta's.
+    cfg = tenants_file(tmp_path, tenants=[
+        {"name": "alpha", "uids": [0], "max_cached_pages": 10},
+        {"name": "beta", "uids": [NOBODY], "max_pinned_pages": 2}])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    d = daemons(f"--tenants={cfg}", f"--metrics_listen=127.0.0.1:{port}",
+                public=True)
+    out = run_as(NOBODY, """
+        import queue
+        ns = pb.Namespace(model="trust-test", num_layers=1, num_kv_heads=1,
+                          head_dim=16, page_size=4, dtype=pb.DTYPE_FLOAT32)
+        q = queue.Queue()
+        q.put(pb.SessionRequest(open=pb.OpenSession(namespace=ns)))
+        call = kv.Session(iter(q.get, None))
+        sid = next(call).session.session_id
+        def store(first):
+            r = kv.Acquire(pb.AcquireRequest(session_id=sid, allocate=True,
+                                             tokens=list(range(first, first + 8))))
+            kv.Commit(pb.CommitRequest(session_id=sid, lease_id=r.lease_id,
+                                       blocks=r.new_blocks, release=True))
+            return r.new_blocks
+        print(store(500), store(600))
+        # Its pin limit: two pages at once.
+        r = kv.Acquire(pb.AcquireRequest(session_id=sid, allocate=True,
+                                         tokens=list(range(700, 716))))
+        print(r.new_blocks)
+        try:
+            kv.Acquire(pb.AcquireRequest(session_id=sid, allocate=True,
+                                         tokens=list(range(800, 804))))
+            print("OK")
+        except grpc.RpcError as e:
+            print(e.code().name, "tenant beta" in e.details(),
+                  "max_pinned_pages" in e.details())
+        kv.Release(pb.ReleaseRequest(session_id=sid, lease_id=r.lease_id))
+        st = admin.GetStats(pb.GetStatsRequest()).stats
+        print([t.name for t in st.tenants])
+    """, d.sock).splitlines()
+    assert out[0] == "2 2", out
+    assert out[1] == "2", out
+    assert out[2] == "RESOURCE_EXHAUSTED True True", out
+    assert out[3] == "['beta']", out  # a tenant sees its own share only
+    alpha = Session(d.sock)
+    for i in range(6):
+        store(alpha, list(range(1000 * (i + 1), 1000 * (i + 1) + 4 * PAGE_TOKENS)))
+    tenants = {t.name: t for t in d.stats().tenants}
+    assert tenants["alpha"].cached_pages <= 10, tenants
+    assert tenants["alpha"].max_cached_pages == 10
+    assert tenants["beta"].cached_pages == 4, tenants
+    assert tenants["beta"].evicted_pages == 0, tenants
+    assert tenants["alpha"].evicted_pages >= 14, tenants
+    blocks = {n.namespace.cache_salt: n.cached_blocks for n in
+              d.admin.ListNamespaces(pb.ListNamespacesRequest()).namespaces}
+    assert blocks["tenant/beta"] == 4, blocks
+    assert d.stats().free_pages >= 2
+    alpha.close()
+    # The same figures reach Prometheus.
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        metrics = r.read().decode()
+    assert 'radixkv_tenant_pages{tenant="beta",state="cached"} 4' in metrics, metrics
+    assert 'radixkv_tenant_limited_acquires_total{tenant="beta"} 2' in metrics
+
+
 def test_bad_tenants_files_are_refused_at_start(tmp_path):
     binary = radixkvd()
     cases = {
@@ -378,6 +453,9 @@ def test_bad_tenants_files_are_refused_at_start(tmp_path):
         '{"tenants": [{"name": "a b"}]}': "$.tenants[0].name",
         '{"tenants": [{"name": "a", "uids": [-1]}]}': "$.tenants[0].uids[0]",
         '{"tenants": [{"name": "a"}], "unmatched": "b"}': "$.unmatched",
+        '{"tenants": [{"name": "a", "weight": 0}]}': "$.tenants[0].weight",
+        '{"tenants": [{"name": "a", "max_cached_pages": -1}]}':
+            "$.tenants[0].max_cached_pages",
         'not json': "not valid JSON",
     }
     for text, want in cases.items():
