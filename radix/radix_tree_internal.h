@@ -447,8 +447,8 @@ struct RadixTree::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return accounts[namespaces[ns].account];
   }
-  void LruAppend(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    const PageId head = SentinelOf(nodes[p].ns);
+  // Appends `p` to the recency list headed by `head` (SentinelOf its ns).
+  void LruAppend(PageId p, PageId head) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     radix_internal::Link& s = links[head];
     radix_internal::Link& l = links[p];
     assert(l.prev == kNoPage && l.next == kNoPage &&
@@ -471,7 +471,9 @@ struct RadixTree::Impl {
     }
     n.last_used = now;
   }
-  ABSL_ATTRIBUTE_ALWAYS_INLINE void Unpin(PageId p, uint32_t now)
+  // `head`: SentinelOf(p's namespace), which the caller computes once for
+  // a lease's whole path.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Unpin(PageId p, uint32_t now, PageId head)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     Node& n = nodes[p];
     assert(n.state == PageState::kCached && n.refs > 0 &&
@@ -480,7 +482,7 @@ struct RadixTree::Impl {
     if (--n.refs == 0) {
       assert(pinned_count > 0);
       --pinned_count;
-      LruAppend(p);
+      LruAppend(p, head);
     }
   }
   PageId PopFree() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

@@ -32,8 +32,9 @@ void RadixTree::Impl::EndLease(Lease& lease) {
     }
   }
   // Deepest first, so each node lands in the recency list after its children.
+  const PageId head = SentinelOf(lease.ns);
   for (auto it = lease.path.rbegin(); it != lease.path.rend(); ++it) {
-    Unpin(*it, now);
+    Unpin(*it, now, head);
   }
 }
 
