@@ -271,7 +271,8 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
        .max_owner_leases = options_.sessions.max_leases_per_session,
        .max_owner_pages = MaxSessionPages(),
        .end_leases = absl::MakeConstSpan(carried.data(), carried.size()),
-       .end_leases_field = "release_leases"});
+       .end_leases_field = "release_leases",
+       .report_evictions = options_.tier != nullptr});
   if (!r.ok()) {
     if (absl::IsNotFound(r.status())) {
       // The message already names the entry: "release_leases[i]: ...".
@@ -298,7 +299,10 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
                       v1::ERROR_REASON_SESSION_NOT_FOUND,
                       "the session ended during this Acquire");
   }
+  const uint32_t matched_in_pool = r->matched_blocks;
+  if (options_.tier != nullptr) MoveBetweenTiers(session, &*r);
   FillAcquireResponse(req, *r, session.binding.page_size, expires, resp);
+  resp->set_promoted_blocks(r->matched_blocks - matched_in_pool);
   if (handle != nullptr) *handle = {r->lease, session.owner};
   return absl::OkStatus();
 }
@@ -369,6 +373,10 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp,
       p.key_mode ? p.keys.size() : p.tokens.size() / spec.page_size);
   if (known) {
     ASSIGN_OR_RETURN(r, t->Match(ns.id, p.keys, p.tokens));
+  }
+  if (options_.tier != nullptr) {
+    resp->set_tier_matched_blocks(
+        TierMatched(root, spec.page_size, p, r.matched_blocks));
   }
   resp->set_total_blocks(r.total_blocks);
   resp->set_matched_blocks(r.matched_blocks);

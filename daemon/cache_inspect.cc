@@ -108,6 +108,7 @@ void Cache::GetStats(v1::Stats* s) const {
       ts->set_weight(limits.weight);
     }
   }
+  FillTierStats(s);
   s->set_sessions(sessions_.size());
   s->set_lease_abandoned(lease_abandoned_total());
   s->set_permission_denied(permission_denied_.load(std::memory_order_relaxed));

@@ -47,6 +47,11 @@ ABSL_FLAG(std::string, metrics_listen, radixkv::kDefaultMetricsListen,
 ABSL_FLAG(std::string, pool, "host,bytes=1GiB",
           "page pool: host,bytes=1GiB | cuda,device=0,bytes=60GiB | "
           "none,pages=100000");
+ABSL_FLAG(std::string, tier, "",
+          "tier below the pool that evicted blocks move to and come back "
+          "from: disk,path=DIR,bytes=SIZE[,io_threads=N][,demote=drop|wait] "
+          "(needs a host pool "
+          "with page_bytes=); empty: evicted blocks are dropped");
 
 ABSL_FLAG(absl::Duration, lease_ttl, absl::Minutes(5),
           "a lease not ended by Commit(release)/Release expires after this");
@@ -241,6 +246,7 @@ absl::StatusOr<radixkv::daemon::ServerOptions> OptionsFromFlags() {
   o.listen_tcp = absl::GetFlag(FLAGS_listen_tcp);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.pool = absl::GetFlag(FLAGS_pool);
+  o.tier = absl::GetFlag(FLAGS_tier);
   o.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
   o.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
   o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);

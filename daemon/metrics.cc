@@ -1,6 +1,7 @@
 #include "daemon/metrics.h"
 
 #include <exception>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -93,6 +94,60 @@ void AddTenantFamilies(const v1::Stats& s,
   out->push_back(std::move(limited));
 }
 
+// The tier below the pool (--tier).
+void AddTierFamilies(const v1::TierStats& t,
+                     std::vector<prometheus::MetricFamily>* out) {
+  using prometheus::MetricType;
+  const std::string& kind = t.kind();
+  auto blocks = Family("radixkv_tier_blocks",
+                       "Blocks in the tier below the pool, and its capacity.",
+                       MetricType::Gauge);
+  AddValue(&blocks, t.blocks(), {{"tier", kind}, {"state", "stored"}});
+  AddValue(&blocks, t.pending_blocks(), {{"tier", kind}, {"state", "pending"}});
+  AddValue(&blocks, t.capacity_blocks(), {{"tier", kind}, {"state", "capacity"}});
+  out->push_back(std::move(blocks));
+  auto moved = Family("radixkv_tier_moved_blocks_total",
+                      "Blocks demoted to the tier (evicted from the pool) "
+                      "and promoted back into the pool.",
+                      MetricType::Counter);
+  AddValue(&moved, t.demoted_blocks(), {{"tier", kind}, {"direction", "down"}});
+  AddValue(&moved, t.promoted_blocks(), {{"tier", kind}, {"direction", "up"}});
+  out->push_back(std::move(moved));
+  auto bytes = Family("radixkv_tier_bytes_total",
+                      "Bytes written to and read from the tier.",
+                      MetricType::Counter);
+  AddValue(&bytes, t.bytes_written(), {{"tier", kind}, {"direction", "write"}});
+  AddValue(&bytes, t.bytes_read(), {{"tier", kind}, {"direction", "read"}});
+  out->push_back(std::move(bytes));
+  auto dropped = Family("radixkv_tier_dropped_blocks_total",
+                        "Evicted blocks the tier did not take (plain "
+                        "evictions) and blocks that failed their checksum.",
+                        MetricType::Counter);
+  AddValue(&dropped, t.dropped_full(), {{"tier", kind}, {"reason", "staging_full"}});
+  AddValue(&dropped, t.dropped_error(), {{"tier", kind}, {"reason", "write_error"}});
+  AddValue(&dropped, t.checksum_failures(), {{"tier", kind}, {"reason", "checksum"}});
+  out->push_back(std::move(dropped));
+  auto latency = Family("radixkv_tier_promotion_seconds",
+                        "Time an Acquire spent copying blocks up from the tier.",
+                        MetricType::Histogram);
+  prometheus::ClientMetric m;
+  m.label = {{"tier", kind}};
+  uint64_t cumulative = 0;
+  for (int i = 0; i < t.promotion_seconds_counts_size(); ++i) {
+    cumulative += t.promotion_seconds_counts(i);
+    prometheus::ClientMetric::Bucket b;
+    b.cumulative_count = cumulative;
+    b.upper_bound = i < t.promotion_seconds_bounds_size()
+                        ? t.promotion_seconds_bounds(i)
+                        : std::numeric_limits<double>::infinity();
+    m.histogram.bucket.push_back(b);
+  }
+  m.histogram.sample_count = cumulative;
+  m.histogram.sample_sum = t.promotion_seconds_sum();
+  latency.metric.push_back(std::move(m));
+  out->push_back(std::move(latency));
+}
+
 }  // namespace
 
 const char* MethodName(Method m) {
@@ -138,6 +193,7 @@ class Metrics::StateCollector : public prometheus::Collectable {
     AddValue(&pages, s.quarantined_pages(), {{"state", "quarantined"}});
     out.push_back(std::move(pages));
     if (s.tenants_size() > 0) AddTenantFamilies(s, &out);
+    if (s.has_tier()) AddTierFamilies(s.tier(), &out);
 
     auto gauge = [&out](const char* name, const char* help, double v) {
       auto f = Family(name, help, MetricType::Gauge);

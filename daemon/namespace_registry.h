@@ -95,12 +95,12 @@ class NamespaceRegistry {
   // nothing in the tree; returns how many.
   size_t ForgetUnused();
 
-  // While alive, no namespace id is forgotten (shared; cheap).
-  class ABSL_SCOPED_LOCKABLE IdGuard {
+  // While alive, no namespace id is forgotten (a shared hold of the
+  // registry's id lock; ForgetUnused takes it exclusively). Returned by
+  // value, so it carries no lock annotations; ids_mu_ guards no field.
+  class IdGuard {
    public:
-    explicit IdGuard(absl::Mutex* mu) ABSL_SHARED_LOCK_FUNCTION(mu)
-        : lock_(mu) {}
-    ~IdGuard() ABSL_UNLOCK_FUNCTION() = default;
+    explicit IdGuard(absl::Mutex* mu) : lock_(mu) {}
 
    private:
     absl::ReaderMutexLock lock_;

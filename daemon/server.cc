@@ -15,6 +15,7 @@
 #include "daemon/admin_service.h"
 #include "daemon/kv_service.h"
 #include "daemon/log.h"
+#include "daemon/tier_spec.h"
 #include "daemon/unix_listener.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -222,6 +223,37 @@ absl::StatusOr<gpu::PoolSpec> CheckOptions(const ServerOptions& options) {
   return pool;
 }
 
+// Opens the tier below `pool` (--tier). Its slots are sized at start, so
+// the pool's page size must be the operator's (--pool ... page_bytes=).
+absl::StatusOr<std::shared_ptr<DiskTier>> OpenTier(const std::string& spec,
+                                                   const gpu::PoolSpec& pool) {
+  ASSIGN_OR_RETURN(TierSpec t, ParseTierSpec(spec));
+  if (pool.backend != gpu::Backend::kHost) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=", spec, ": a disk tier needs a host pool (--pool=host,...); ",
+        pool.backend == gpu::Backend::kNone
+            ? "a none pool has no page bytes to move"
+            : "moving cuda pages to disk is not built yet"));
+  }
+  if (pool.page_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=", spec, ": needs the pool's page size at start: add "
+        "page_bytes=SIZE to --pool (the size of one page of your model's "
+        "namespace, radixkvctl size)"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> tier,
+                   DiskTier::Open({.path = t.path,
+                                   .bytes = t.bytes,
+                                   .page_bytes = pool.page_bytes,
+                                   .io_threads = t.io_threads,
+                                   .wait_for_staging = t.wait_for_staging}));
+  Log(LogLevel::kInfo,
+      absl::StrCat("tier disk: ", t.path, ", ", tier->capacity_blocks(),
+                   " blocks of ", pool.page_bytes, " bytes, ",
+                   tier->stats().reloaded, " reloaded"));
+  return std::shared_ptr<DiskTier>(std::move(tier));
+}
+
 }  // namespace
 
 Server::Server(const ServerOptions& options) : options_(options) {}
@@ -249,6 +281,9 @@ absl::Status Server::Init() {
     attach_path_ = AttachSocketPathFor(options_.socket_path);
   }
   copts.attach_socket = attach_path_;
+  if (!options_.tier.empty()) {
+    ASSIGN_OR_RETURN(copts.tier, OpenTier(options_.tier, pool));
+  }
   if (policy_->accounts() > 1) {
     // Account 0 (the daemon's own calls) has no name and no limits.
     copts.account_names.assign(1, "");

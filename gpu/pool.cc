@@ -18,11 +18,9 @@
 
 namespace radixkv::gpu {
 namespace {
-
 constexpr char kSizeUnits[] = "B, KiB, MiB, GiB, TiB, KB, MB, GB, TB";
+}  // namespace
 
-// Parses "123", "4KiB", "1GB" (units case-insensitive). Returns false on
-// malformed input or overflow.
 bool ParseSize(absl::string_view text, uint64_t* out) {
   size_t digits = 0;
   while (digits < text.size() && absl::ascii_isdigit(text[digits])) ++digits;
@@ -56,6 +54,8 @@ bool ParseSize(absl::string_view text, uint64_t* out) {
   *out = value * mult;
   return true;
 }
+
+namespace {
 
 std::string FormatSize(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"TiB", "GiB", "MiB", "KiB"};

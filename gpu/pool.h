@@ -51,6 +51,9 @@ struct PoolSpec {
 // chunk_bytes=SIZE and page_bytes=SIZE). INVALID_ARGUMENT names the
 // offending key and value.
 absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec);
+// Parses a size: "123", "4KiB", "1GB" (B, KiB, MiB, GiB, TiB, KB, MB, GB,
+// TB; case-insensitive). false on malformed input or overflow.
+bool ParseSize(absl::string_view text, uint64_t* out);
 std::string FormatPoolSpec(const PoolSpec& spec);
 
 class PagePool {

@@ -112,6 +112,7 @@ RadixTree::Impl::Impl(const RadixTreeOptions& o)
       listener(o.listener),
       epoch(absl::Now()),
       sentinel(o.capacity_pages),
+      num_accounts(o.accounts),
       accounts(o.accounts) {}
 
 absl::Status RadixTree::Impl::Init() {
@@ -197,7 +198,7 @@ PageId RadixTree::Impl::VictimList() const {
   return best;
 }
 
-bool RadixTree::Impl::EvictFrom(PageId head) {
+bool RadixTree::Impl::EvictFrom(PageId head, EvictedBlock* out) {
   // The hot path of eviction: no divisions, no repeated unique_ptr loads.
   Node* const nd = nodes.get();
   radix_internal::Link* const ln = links.get();
@@ -218,6 +219,9 @@ bool RadixTree::Impl::EvictFrom(PageId head) {
   ++stats.evicted_pages;
   ++eviction_epoch;
   RememberEviction(n.key);
+  if (out != nullptr) {
+    *out = EvictedBlock{p, n.key, ParentKey(n), namespaces[n.ns].root, n.ns};
+  }
   if (listener != nullptr) {
     TreeEvent e;
     e.type = TreeEvent::Type::kRemoved;
@@ -326,9 +330,9 @@ RadixTree::~RadixTree() = default;
 absl::StatusOr<NamespaceId> RadixTree::RegisterNamespace(
     const NamespaceSpec& spec, uint32_t account) {
   Impl& m = *impl_;
-  if (account >= m.accounts.size()) {
+  if (account >= m.num_accounts) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "account ", account, " is not below accounts=", m.accounts.size()));
+        "account ", account, " is not below accounts=", m.num_accounts));
   }
   if (spec.page_size == 0 || spec.page_size > m.max_page_size) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -405,9 +409,9 @@ std::vector<NamespaceId> RadixTree::ForgetEmptyNamespaces(
 absl::Status RadixTree::SetAccountLimits(uint32_t account,
                                          const AccountLimits& limits) {
   Impl& m = *impl_;
-  if (account >= m.accounts.size()) {
+  if (account >= m.num_accounts) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "account ", account, " is not below accounts=", m.accounts.size()));
+        "account ", account, " is not below accounts=", m.num_accounts));
   }
   if (limits.weight == 0) {
     return absl::InvalidArgumentError("AccountLimits.weight must be at least 1");
@@ -424,9 +428,7 @@ AccountStats RadixTree::GetAccountStats(uint32_t account) const {
                       a.namespaces, a.evicted, a.limited};
 }
 
-uint32_t RadixTree::accounts() const {
-  return static_cast<uint32_t>(impl_->accounts.size());
-}
+uint32_t RadixTree::accounts() const { return impl_->num_accounts; }
 
 BlockKey RadixTree::namespace_root(NamespaceId ns) const {
   ReaderMutexLock lock(&impl_->mu);

@@ -237,6 +237,19 @@ struct AcquireRequest {
   absl::Span<const LeaseId> end_leases;
   // How error messages name end_leases (a caller's own field name).
   const char* end_leases_field = "end_leases";
+  // Fill AcquireResult::evicted and new_keys (for a tier below the pool).
+  bool report_evictions = false;
+};
+
+// A cached block an Acquire evicted to make room (report_evictions). Its
+// page is one of that Acquire's new pages, so its bytes stay in place
+// until the lease's owner writes them: the caller may copy them out first.
+struct EvictedBlock {
+  PageId page = kNoPage;
+  BlockKey key;
+  BlockKey parent_key;  // the namespace root for a first block
+  BlockKey root;
+  NamespaceId ns = 0;
 };
 
 struct AcquireResult {
@@ -253,6 +266,10 @@ struct AcquireResult {
   // The namespace's account limits (AccountLimits) cut this lease short:
   // fewer matched or new pages than the prompt and pool allowed.
   bool account_limited = false;
+  // With report_evictions: the blocks evicted for the new pages, and the
+  // keys of the new blocks (new_keys[i] is block matched_blocks + i).
+  std::vector<EvictedBlock> evicted;
+  std::vector<BlockKey> new_keys;
 };
 
 struct CommitResult {

@@ -495,12 +495,14 @@ struct RadixTree::Impl {
   PageId VictimList() const ABSL_SHARED_LOCKS_REQUIRED(mu);
   // Evicts the oldest unpinned leaf of the list headed by `head`; false
   // when the list is empty.
-  bool EvictFrom(PageId head) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Describes the victim in *out when `out` is not null.
+  bool EvictFrom(PageId head, EvictedBlock* out = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Evicts the oldest unpinned leaf of VictimList(); false when there is
   // none.
-  bool EvictOne() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  bool EvictOne(EvictedBlock* out = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const PageId head = VictimList();
-    return head != kNoPage && EvictFrom(head);
+    return head != kNoPage && EvictFrom(head, out);
   }
   // Evicts up to `max` unpinned leaves (a batch, VictimList() for each);
   // returns how many.
@@ -600,6 +602,7 @@ struct RadixTree::Impl {
   EventListener* const listener;
   const absl::Time epoch;
   const PageId sentinel;  // == capacity: account 0's list head
+  const uint32_t num_accounts;  // RadixTreeOptions::accounts == accounts.size()
 
   mutable SharedMutex mu;
   // mu protects the following state.

@@ -288,16 +288,20 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
     const bool at_limit =
         account.limits.max_pages != 0 &&
         account.cached + account.writing >= account.limits.max_pages;
+    EvictedBlock victim;
+    EvictedBlock* const report = req.report_evictions ? &victim : nullptr;
     if (at_limit) {
       // Only the account's own pages make room for it.
-      if (!EvictFrom(sentinel + account_id)) {
+      if (!EvictFrom(sentinel + account_id, report)) {
         r.account_limited = true;
         break;
       }
       ++r.evicted_pages;
+      if (report != nullptr) r.evicted.push_back(victim);
     } else if (free_head == kNoPage) {
-      if (!EvictOne()) break;
+      if (!EvictOne(report)) break;
       ++r.evicted_pages;
+      if (report != nullptr) r.evicted.push_back(victim);
     }
     const PageId p = PopFree();
     assert(nodes[p].state == PageState::kFree);
@@ -314,6 +318,7 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
     r.pages.push_back(p);
   }
   r.new_blocks = static_cast<uint32_t>(lease.writing.size());
+  if (req.report_evictions) r.new_keys = lease.keys;
   if (!r.pages.empty()) {
     lease.path.assign(r.pages.begin(), r.pages.begin() + r.matched_blocks);
     lease.matched = r.matched_blocks;

@@ -69,7 +69,8 @@ class DaemonClient final : public ReplayClient {
     session_ctx_ = std::make_unique<grpc::ClientContext>();
     stream_ = stub_->Session(session_ctx_.get());
     pb::SessionRequest open;
-    FillNamespace(ReplayNamespace(options_.page_size),
+    FillNamespace(options_.tiny_layout ? TinyNamespace(options_.page_size)
+                                       : ReplayNamespace(options_.page_size),
                   open.mutable_open()->mutable_namespace_());
     const std::string name = absl::StrCat("radixkv-replay-", index);
     open.mutable_open()->set_client_name(name.data(), name.size());
@@ -90,7 +91,9 @@ class DaemonClient final : public ReplayClient {
           "SessionInfo.namespace_id has ", root.size(), " bytes, want 16"));
     }
     root_ = BlockKey::FromCanonical(absl::string_view(root.data(), root.size()));
-    const BlockKey mine = NamespaceRoot(ReplayNamespace(options_.page_size));
+    const BlockKey mine = NamespaceRoot(
+        options_.tiny_layout ? TinyNamespace(options_.page_size)
+                             : ReplayNamespace(options_.page_size));
     if (root_ != mine) {
       return absl::InternalError(absl::StrCat(
           "daemon namespace root ", root_.ToHex(), " != client's ", mine.ToHex()));

@@ -93,6 +93,14 @@ NamespaceSpec ReplayNamespace(uint32_t page_size) {
   return BenchLayout("radixkv-replay", page_size);
 }
 
+NamespaceSpec TinyNamespace(uint32_t page_size) {
+  NamespaceSpec spec = BenchLayout("radixkv-replay-tiny", page_size);
+  spec.num_layers = 1;
+  spec.num_kv_heads = 1;
+  spec.head_dim = 8;
+  return spec;
+}
+
 absl::StatusOr<std::unique_ptr<ReplayTarget>> NewInProcTarget(
     const InProcOptions& options) {
   if (options.capacity_pages == 0) {

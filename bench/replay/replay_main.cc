@@ -43,6 +43,10 @@ ABSL_FLAG(bool, key_mode, false,
 ABSL_FLAG(bool, tokens_le, false,
           "daemon mode, --via=stub: send tokens as bytes tokens_le");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
+ABSL_FLAG(bool, tiny_layout, false,
+          "daemon mode, --via=stub: a one-layer, one-head, 8-dim bf16 "
+          "namespace (32 bytes per token), for host pools and tiers of many "
+          "pages");
 ABSL_FLAG(bool, mutex_deadlock_detection, true,
           "keep Abseil's Mutex deadlock detection (Debian's Abseil has it on: "
           "every Lock updates a lock graph); false measures without it");
@@ -79,6 +83,7 @@ absl::Status Main() {
     o.page_size = page_size;
     o.key_mode = absl::GetFlag(FLAGS_key_mode);
     o.tokens_le = absl::GetFlag(FLAGS_tokens_le);
+    o.tiny_layout = absl::GetFlag(FLAGS_tiny_layout);
     const std::string via = absl::GetFlag(FLAGS_via);
     absl::StatusOr<std::unique_ptr<radixkv::bench::ReplayTarget>> t;
     if (via == "client") {

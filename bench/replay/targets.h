@@ -35,6 +35,8 @@ inline int64_t NowNs() {
 // The namespace every replay uses: model "radixkv-replay", page_size from the
 // flag, a plausible KV layout (the `none` pool ignores it).
 NamespaceSpec ReplayNamespace(uint32_t page_size);
+// DaemonOptions::tiny_layout's namespace.
+NamespaceSpec TinyNamespace(uint32_t page_size);
 
 struct InProcOptions {
   uint32_t capacity_pages = 0;  // REQUIRES: > 0 (the caller sizes "unbounded")
@@ -52,6 +54,10 @@ struct DaemonOptions {
   bool key_mode = false;
   // Raw stub only: send tokens as bytes tokens_le instead of repeated uint32.
   bool tokens_le = false;
+  // Raw stub only: the namespace's layout is one layer, one KV head of 8
+  // dims, bf16 (32 bytes per token), so that a host pool and a tier of many
+  // pages stay small.
+  bool tiny_layout = false;
   int64_t deadline_ms = 10000;
 };
 absl::StatusOr<std::unique_ptr<ReplayTarget>> NewDaemonTarget(

@@ -129,6 +129,15 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
   kv.Add("namespaces", HumanCount(st.namespaces()));
   kv.Add("refused", absl::StrCat(HumanCount(st.permission_denied()),
                                  " calls (identity or role)"));
+  if (st.has_tier()) {
+    const v1::TierStats& t = st.tier();
+    kv.Add("tier", absl::StrCat(
+        t.kind(), ": ", PagesWithBytes(t.blocks(), pb), " of ",
+        HumanCount(t.capacity_blocks()), ", ", HumanCount(t.demoted_blocks()),
+        " demoted, ", HumanCount(t.promoted_blocks()), " promoted, ",
+        HumanCount(t.dropped_full() + t.dropped_error()), " dropped, ",
+        HumanCount(t.checksum_failures()), " checksum failures"));
+  }
   kv.Add("invariants", st.invariants_ok() ? "ok" : "VIOLATED");
   kv.Print(out);
   if (st.tenants_size() == 0) return;
@@ -151,6 +160,14 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
 
 // ---- namespaces -------------------------------------------------------------
 
+// " xlayer:S:W" for a namespace with a cross-layer KV layout (layers S..
+// share one K/V bank, W the local window); "" for per-layer KV.
+std::string CrossLayerSuffix(const v1::Namespace& n) {
+  if (!n.has_cross_layer()) return "";
+  return absl::StrCat(" xlayer:", n.cross_layer().shared_from_layer(), ":",
+                      n.cross_layer().local_window());
+}
+
 void PrintNamespaces(const v1::ListNamespacesResponse& resp, std::ostream& out) {
   Table t({"NAMESPACE", "MODEL", "REVISION", "LORA", "SALT", "LAYOUT", "TP",
            "BLOCKS", "SESSIONS"});
@@ -161,9 +178,11 @@ void PrintNamespaces(const v1::ListNamespacesResponse& resp, std::ostream& out) 
     t.AddRow({ShortNs(e.namespace_id()), or_dash(n.model()),
               or_dash(n.model_revision()), or_dash(n.lora()),
               n.cache_salt().empty() ? "-" : "(set)",
-              absl::StrFormat("L%u H%u D%u %s p%u", n.num_layers(),
-                              n.num_kv_heads(), n.head_dim(),
-                              DTypeShortName(n.dtype()), n.page_size()),
+              absl::StrCat(absl::StrFormat("L%u H%u D%u %s p%u", n.num_layers(),
+                                           n.num_kv_heads(), n.head_dim(),
+                                           DTypeShortName(n.dtype()),
+                                           n.page_size()),
+                           CrossLayerSuffix(n)),
               absl::StrCat(n.tp_rank(), "/", n.tp_size() == 0 ? 1 : n.tp_size()),
               HumanCount(e.cached_blocks()), absl::StrCat(e.sessions())});
   }

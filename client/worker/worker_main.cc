@@ -39,6 +39,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/client.h"
@@ -51,6 +52,7 @@
 #include "nlohmann/json.hpp"
 #include "radix/status_macros.h"
 #include "radixkv/defaults.h"
+#include "xxhash.h"
 
 namespace radixkv::worker {
 namespace {
@@ -488,6 +490,11 @@ void PrintRunResult(size_t prompt, const RunResult& r, const RunFlags& f) {
     j["committed_blocks"] = r.committed_blocks;
     j["committed_generated_blocks"] = r.committed_generated_blocks;
     j["generated"] = r.generated;
+    // The first token's logits, bit for bit: equal digests mean a cached
+    // (or promoted) prefix gave exactly the logits of another run.
+    j["first_logits_xxh3"] = absl::StrFormat(
+        "%016x", XXH3_64bits(r.first_logits.data(),
+                             r.first_logits.size() * sizeof(float)));
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf(

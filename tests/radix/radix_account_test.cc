@@ -1,6 +1,7 @@
 // Tests of RadixTree's accounts (radix/radix_tree.h, AccountLimits): fair
 // eviction between accounts, weights, the per-account page and pin limits,
 // the registration rules, and forgetting empty namespaces.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -219,6 +220,32 @@ TEST(RadixNamespaceLimitTest, ForgettingMakesRoomPastTheIdSpace) {
         {.model = "n", .cache_salt = std::to_string(i), .page_size = 1}).ok());
   }
   EXPECT_TRUE(tree->CheckInvariants().ok());
+}
+
+TEST_F(RadixAccountTest, EvictionsAreReportedWithTheirPagesForATierBelow) {
+  Store(a_, {1, 2, 3, 4, 5, 6, 7, 8});  // the pool is full
+  const BlockKey root = tree_.namespace_root(a_);
+  const std::vector<BlockKey> old_keys =
+      ComputeBlockKeys(root, 1, std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8});
+  absl::StatusOr<AcquireResult> r = tree_.Acquire(
+      {.ns = b_, .tokens = {50, 51}, .allocate = true, .report_evictions = true});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->evicted.size(), 2u);
+  ASSERT_EQ(r->new_keys.size(), 2u);
+  EXPECT_EQ(r->new_keys[0],
+            ComputeBlockKeys(tree_.namespace_root(b_), 1,
+                             std::vector<uint32_t>{50, 51})[0]);
+  // The victims are a's least recently used leaves, deepest first; each
+  // one's page is one of the new pages.
+  for (const EvictedBlock& e : r->evicted) {
+    EXPECT_NE(std::find(r->pages.begin(), r->pages.end(), e.page),
+              r->pages.end());
+    EXPECT_EQ(e.root, root);
+    EXPECT_EQ(e.ns, a_);
+  }
+  EXPECT_EQ(r->evicted[0].key, old_keys[7]);
+  EXPECT_EQ(r->evicted[0].parent_key, old_keys[6]);
+  ASSERT_TRUE(tree_.Release(r->lease).ok());
 }
 
 TEST(RadixAccountCreateTest, AccountsMustFit) {

@@ -1,0 +1,608 @@
+// File: daemon/disk_tier.cc
+#include "daemon/disk_tier.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "daemon/log.h"
+
+namespace radixkv::daemon {
+
+using disk_tier::kNoSlot;
+
+// Recycles kAlign-aligned staging buffers of one size. Buffers are handed
+// out as shared_ptrs whose deleter returns them here; the pool lives as
+// long as its last buffer. Thread-safe.
+class DiskTier::StagingPool
+    : public std::enable_shared_from_this<DiskTier::StagingPool> {
+ public:
+  StagingPool(size_t buffer_bytes, size_t keep)
+      : buffer_bytes_(buffer_bytes), keep_(keep) {}
+
+  Staged Get() {
+    char* p = nullptr;
+    {
+      absl::MutexLock l(&mu_);
+      if (!free_.empty()) {
+        p = free_.back().release();
+        free_.pop_back();
+      }
+    }
+    if (p == nullptr) p = disk_tier::AllocateAligned(buffer_bytes_).release();
+    std::shared_ptr<StagingPool> self = shared_from_this();
+    return Staged(p, [self](char* q) { self->Return(q); });
+  }
+
+ private:
+  void Return(char* p) {
+    disk_tier::AlignedBuffer buffer(p);
+    absl::MutexLock l(&mu_);
+    if (free_.size() < keep_) free_.push_back(std::move(buffer));
+  }
+
+  const size_t buffer_bytes_;
+  const size_t keep_;
+  absl::Mutex mu_;
+  std::vector<disk_tier::AlignedBuffer> free_ ABSL_GUARDED_BY(mu_);
+};
+
+// One Take's reads: a counter of those still running, and each one's
+// result. The Take waits on the counter, after which it may be destroyed.
+struct DiskTier::ReadBatch {
+  ReadBatch(int reads, ReadResult* results) : counter(reads), results(results) {}
+
+  void Done(size_t index, ReadResult r) {
+    results[index] = r;
+    counter.DecrementCount();
+  }
+
+  absl::BlockingCounter counter;
+  ReadResult* const results;  // one per claim, written by its reader
+};
+
+absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(
+    const DiskTierOptions& o) {
+  if (o.page_bytes == 0 || o.page_bytes > disk_tier::kMaxPageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=disk: page_bytes=", o.page_bytes, " must be in 1..",
+        disk_tier::kMaxPageBytes));
+  }
+  if (o.io_threads < 1 || o.io_threads > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=disk: io_threads=", o.io_threads, " must be in 1..64"));
+  }
+  disk_tier::Layout layout = disk_tier::ComputeLayout(o.bytes, o.page_bytes);
+  if (layout.slots == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=disk: bytes=", o.bytes, " is too small for one block of ",
+        o.page_bytes, " bytes (needs at least ",
+        disk_tier::MinBytesForOneSlot(o.page_bytes), ")"));
+  }
+  if (o.max_pending_bytes < layout.stride) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=disk: max_pending_bytes=", o.max_pending_bytes,
+        " is below one block's slot (", layout.stride, " bytes)"));
+  }
+  absl::StatusOr<disk_tier::TierFile> file =
+      disk_tier::OpenTierFile(o.path, layout, o.direct_io);
+  if (!file.ok()) return file.status();
+  std::unique_ptr<DiskTier> tier(new DiskTier(o, layout, *file));
+  if (!file->fresh) tier->Reload();
+  tier->StartThreads(o.io_threads);
+  DiskTierStats s = tier->stats();
+  Log(LogLevel::kInfo,
+      absl::StrCat("disk tier: ", file->file_path, ", ", layout.slots,
+                   " slots of ", layout.page_bytes, " bytes, ", s.reloaded,
+                   " blocks reloaded, ", file->direct ? "O_DIRECT" : "buffered",
+                   " data I/O"));
+  return tier;
+}
+
+DiskTier::DiskTier(const DiskTierOptions& o, const disk_tier::Layout& layout,
+                   const disk_tier::TierFile& file)
+    : options_(o),
+      layout_(layout),
+      file_path_(file.file_path),
+      meta_fd_(file.meta_fd),
+      data_fd_(file.data_fd),
+      direct_(file.direct),
+      staging_pool_(std::make_shared<StagingPool>(
+          layout.stride, o.max_pending_bytes / layout.stride)) {
+  absl::MutexLock l(&mu_);
+  slots_.resize(layout.slots);
+  for (uint64_t i = layout.slots; i-- > 0;) FreeSlot(static_cast<uint32_t>(i));
+}
+
+DiskTier::~DiskTier() {
+  SetWritesPausedForTesting(false);
+  Flush();
+  {
+    absl::MutexLock l(&queue_mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+  close(data_fd_);
+  close(meta_fd_);  // releases the flock
+}
+
+// Indexes every valid header; of two with one key the newer wins. The LRU
+// is rebuilt oldest write first.
+void DiskTier::Reload() {
+  absl::MutexLock l(&mu_);
+  std::vector<std::pair<uint64_t, uint32_t>> found;  // (sequence, slot)
+  int err = disk_tier::ScanSlotHeaders(
+      meta_fd_, layout_,
+      [&](uint32_t slot, const disk_tier::SlotHeader& h)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            if (h.key == BlockKey{}) return;
+            auto [it, inserted] = index_.try_emplace(h.key, slot);
+            if (!inserted) {
+              Slot& other = slots_[it->second];
+              if (other.sequence > h.sequence) return;
+              other.live = false;
+              it->second = slot;
+            }
+            Slot& s = slots_[slot];
+            s.block = {h.key, h.parent_key, h.root, h.depth};
+            s.sequence = h.sequence;
+            s.live = true;
+            found.emplace_back(h.sequence, slot);
+          });
+  if (err != 0) {
+    Log(LogLevel::kWarning,
+        absl::StrCat("disk tier: cannot read the header table of ", file_path_,
+                     ": ", std::strerror(err), "; starting empty"));
+    index_.clear();
+    found.clear();
+    for (Slot& s : slots_) s.live = false;
+  }
+  std::sort(found.begin(), found.end());
+  // Rebuild the free list from scratch: every slot not live is free.
+  free_head_ = kNoSlot;
+  for (auto [sequence, slot] : found) {
+    Slot& s = slots_[slot];
+    next_sequence_ = std::max(next_sequence_, sequence + 1);
+    if (!s.live) continue;
+    s.state = SlotState::kStored;
+    LruPushNewest(slot);
+  }
+  for (uint64_t i = layout_.slots; i-- > 0;) {
+    if (slots_[i].state == SlotState::kFree) FreeSlot(static_cast<uint32_t>(i));
+  }
+  stats_.reloaded = index_.size();
+}
+
+void DiskTier::StartThreads(int n) {
+  threads_.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+}
+
+// ---- Index and LRU (mu_ held) -------------------------------------------
+
+void DiskTier::FreeSlot(uint32_t slot) {
+  Slot& s = slots_[slot];
+  s.state = SlotState::kFree;
+  s.live = false;
+  s.prev = kNoSlot;
+  s.next = free_head_;
+  free_head_ = slot;
+}
+
+void DiskTier::LruPushNewest(uint32_t slot) {
+  Slot& s = slots_[slot];
+  s.prev = lru_tail_;
+  s.next = kNoSlot;
+  if (lru_tail_ != kNoSlot) {
+    slots_[lru_tail_].next = slot;
+  } else {
+    lru_head_ = slot;
+  }
+  lru_tail_ = slot;
+}
+
+void DiskTier::LruUnlink(uint32_t slot) {
+  Slot& s = slots_[slot];
+  if (s.prev != kNoSlot) {
+    slots_[s.prev].next = s.next;
+  } else {
+    lru_head_ = s.next;
+  }
+  if (s.next != kNoSlot) {
+    slots_[s.next].prev = s.prev;
+  } else {
+    lru_tail_ = s.prev;
+  }
+  s.prev = s.next = kNoSlot;
+}
+
+// Removes the slot's block from the index. A stored slot is freed now; a
+// pending one when its write finishes (FinishWrite); a slot being read is
+// not indexed and never passed here.
+void DiskTier::Unindex(uint32_t slot) {
+  Slot& s = slots_[slot];
+  index_.erase(s.block.key);
+  s.live = false;
+  if (s.state == SlotState::kStored) {
+    LruUnlink(slot);
+    FreeSlot(slot);
+  }
+}
+
+// A free slot, else the least recently stored one (its block is evicted);
+// kNoSlot when every slot is pending or being read.
+uint32_t DiskTier::AllocateSlot() {
+  if (free_head_ == kNoSlot && lru_head_ != kNoSlot) {
+    Unindex(lru_head_);
+    ++stats_.evictions;
+  }
+  if (free_head_ == kNoSlot) return kNoSlot;
+  uint32_t slot = free_head_;
+  free_head_ = slots_[slot].next;
+  slots_[slot].next = kNoSlot;
+  return slot;
+}
+
+// ---- Put -------------------------------------------------------------------
+
+bool DiskTier::Put(const TierBlock& block, const void* page) {
+  const uint64_t stride = layout_.stride;
+  {
+    absl::MutexLock l(&mu_);
+    if (absl::Now() < refuse_until_) {
+      ++stats_.dropped_error;
+      return false;
+    }
+    if (options_.wait_for_staging) {
+      mu_.Await(absl::Condition(this, &DiskTier::StagingHasRoom));
+    }
+    if (pending_bytes_ + stride > options_.max_pending_bytes) {
+      ++stats_.dropped_full;
+      return false;
+    }
+    pending_bytes_ += stride;
+  }
+  // The copy runs with no lock held; the block is indexed only once its
+  // staging buffer is complete, so Take never sees a partial copy.
+  Staged data = staging_pool_->Get();
+  std::memcpy(data.get(), page, layout_.page_bytes);
+  if (stride > layout_.page_bytes) {
+    std::memset(data.get() + layout_.page_bytes, 0, stride - layout_.page_bytes);
+  }
+  WriteJob job;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = index_.find(block.key);
+    if (it != index_.end()) Unindex(it->second);
+    uint32_t slot = AllocateSlot();
+    if (slot == kNoSlot) {
+      pending_bytes_ -= stride;
+      ++stats_.dropped_full;
+      return false;
+    }
+    Slot& s = slots_[slot];
+    s.block = block;
+    s.sequence = next_sequence_++;
+    s.state = SlotState::kPending;
+    s.live = true;
+    index_[block.key] = slot;
+    staged_[slot] = data;
+    ++pending_writes_;
+    ++stats_.demotions;
+    job = WriteJob{slot, s.sequence, block, std::move(data)};
+  }
+  Enqueue(std::move(job));
+  if (options_.wait_for_staging) {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(this, &DiskTier::NoPendingWrites));
+  }
+  return true;
+}
+
+void DiskTier::Enqueue(WriteJob job) {
+  absl::MutexLock l(&queue_mu_);
+  writes_.push_back(std::move(job));
+}
+
+// ---- Lookups ----------------------------------------------------------------
+
+size_t DiskTier::CountPresent(absl::Span<const BlockKey> keys) const {
+  absl::ReaderMutexLock l(&mu_);
+  size_t n = 0;
+  while (n < keys.size() && index_.contains(keys[n])) ++n;
+  return n;
+}
+
+bool DiskTier::Lookup(const BlockKey& key, TierBlock* out) const {
+  absl::ReaderMutexLock l(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  *out = slots_[it->second].block;
+  return true;
+}
+
+DiskTierStats DiskTier::stats() const {
+  absl::ReaderMutexLock l(&mu_);
+  DiskTierStats s = stats_;
+  s.slots = layout_.slots;
+  s.used = index_.size();
+  s.pending = pending_writes_;
+  s.direct_io = direct_;
+  return s;
+}
+
+// ---- Take ------------------------------------------------------------------
+
+// Takes the present prefix of `keys` out of the index: stored slots become
+// kReading (owned by this Take), pending ones keep their state and lend
+// their staging buffer. Returns how many were claimed.
+size_t DiskTier::ClaimForTake(absl::Span<const BlockKey> keys,
+                              std::vector<Claim>* claims) {
+  for (const BlockKey& key : keys) {
+    auto it = index_.find(key);
+    if (it == index_.end()) break;
+    uint32_t slot = it->second;
+    Slot& s = slots_[slot];
+    index_.erase(it);
+    s.live = false;
+    if (s.state == SlotState::kPending) {
+      claims->push_back({slot, s.sequence, staged_[slot]});
+    } else {
+      LruUnlink(slot);
+      s.state = SlotState::kReading;
+      claims->push_back({slot, s.sequence, nullptr});
+    }
+  }
+  return claims->size();
+}
+
+size_t DiskTier::Take(absl::Span<const BlockKey> keys,
+                      absl::Span<void* const> dst) {
+  const size_t n = std::min(keys.size(), dst.size());
+  if (n == 0) return 0;
+  std::vector<Claim> claims;
+  claims.reserve(n);
+  {
+    absl::MutexLock l(&mu_);
+    ClaimForTake(keys.first(n), &claims);
+  }
+  const size_t m = claims.size();
+  std::vector<ReadResult> results(m, ReadResult::kOk);
+  int reads = static_cast<int>(std::count_if(
+      claims.begin(), claims.end(), [](const Claim& c) { return c.staged == nullptr; }));
+  ReadBatch batch(reads, results.data());
+  if (reads > 0) {
+    absl::MutexLock l(&queue_mu_);
+    for (size_t i = 0; i < m; ++i) {
+      if (claims[i].staged != nullptr) continue;
+      reads_.push_back(ReadJob{claims[i].slot, claims[i].sequence, keys[i],
+                               dst[i], &batch, i});
+    }
+  }
+  for (size_t i = 0; i < m; ++i) {
+    if (claims[i].staged != nullptr) {
+      std::memcpy(dst[i], claims[i].staged.get(), layout_.page_bytes);
+    }
+  }
+  HelpWithReads(&batch);
+  size_t served = 0;
+  while (served < m && results[served] == ReadResult::kOk) ++served;
+  absl::MutexLock l(&mu_);
+  SettleTake(keys, claims, results, served);
+  stats_.promotions += served;
+  if (m < n && served == m) ++stats_.misses;
+  return served;
+}
+
+// Runs this batch's queued reads on the calling thread while the I/O
+// threads run the others, then waits for the rest.
+void DiskTier::HelpWithReads(ReadBatch* batch) {
+  disk_tier::AlignedBuffer bounce;
+  for (;;) {
+    std::optional<ReadJob> job;
+    {
+      absl::MutexLock l(&queue_mu_);
+      auto it = std::find_if(reads_.begin(), reads_.end(),
+                             [batch](const ReadJob& j) { return j.batch == batch; });
+      if (it == reads_.end()) break;
+      job = *it;
+      reads_.erase(it);
+    }
+    if (bounce == nullptr && NeedsBounce(job->dst)) {
+      bounce = disk_tier::AllocateAligned(layout_.stride);
+    }
+    batch->Done(job->index, RunRead(*job, bounce.get()));
+  }
+  batch->counter.Wait();
+}
+
+// Frees the served blocks' slots, drops failed ones, and puts back the
+// claimed blocks after the first failure that read well (unless their key
+// was put again meanwhile).
+void DiskTier::SettleTake(absl::Span<const BlockKey> keys,
+                          absl::Span<const Claim> claims,
+                          absl::Span<const ReadResult> results, size_t served) {
+  for (size_t i = 0; i < claims.size(); ++i) {
+    const Claim& c = claims[i];
+    Slot& s = slots_[c.slot];
+    const bool ok = results[i] == ReadResult::kOk;
+    if (c.staged != nullptr) {
+      // Still pending (or already finished and freed by FinishWrite).
+      if (i > served && s.state == SlotState::kPending &&
+          s.sequence == c.sequence && !s.live && !index_.contains(keys[i])) {
+        s.live = true;
+        index_[keys[i]] = c.slot;
+      }
+      continue;
+    }
+    stats_.bytes_read += layout_.stride;
+    if (results[i] == ReadResult::kError) ++stats_.read_errors;
+    if (results[i] == ReadResult::kBadHeader ||
+        results[i] == ReadResult::kBadChecksum) {
+      ++stats_.checksum_failures;
+    }
+    if (i < served || !ok || index_.contains(keys[i])) {
+      FreeSlot(c.slot);
+      continue;
+    }
+    s.state = SlotState::kStored;
+    s.live = true;
+    index_[keys[i]] = c.slot;
+    LruPushNewest(c.slot);
+  }
+}
+
+// ---- I/O threads -------------------------------------------------------------
+
+bool DiskTier::NeedsBounce(const void* dst) const {
+  return direct_ && (layout_.page_bytes != layout_.stride ||
+                     reinterpret_cast<uintptr_t>(dst) % disk_tier::kAlign != 0);
+}
+
+void DiskTier::WorkerLoop() {
+  disk_tier::AlignedBuffer bounce;
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+    return stopping_ || !reads_.empty() || (!writes_paused_ && !writes_.empty());
+  };
+  for (;;) {
+    std::optional<ReadJob> read;
+    std::optional<WriteJob> write;
+    {
+      absl::MutexLock l(&queue_mu_);
+      queue_mu_.Await(absl::Condition(&ready));
+      if (!reads_.empty()) {
+        read = reads_.front();
+        reads_.pop_front();
+      } else if (!writes_paused_ && !writes_.empty()) {
+        write = std::move(writes_.front());
+        writes_.pop_front();
+      } else {
+        return;  // stopping_, nothing left
+      }
+    }
+    if (read.has_value()) {
+      if (bounce == nullptr && NeedsBounce(read->dst)) {
+        bounce = disk_tier::AllocateAligned(layout_.stride);
+      }
+      read->batch->Done(read->index, RunRead(*read, bounce.get()));
+    } else {
+      RunWrite(*write);
+    }
+  }
+}
+
+// Data first, then the header that makes it valid.
+void DiskTier::RunWrite(const WriteJob& job) {
+  disk_tier::SlotHeader h;
+  h.key = job.block.key;
+  h.parent_key = job.block.parent_key;
+  h.root = job.block.root;
+  h.depth = job.block.depth;
+  h.page_bytes = layout_.page_bytes;
+  h.data_checksum = disk_tier::DataChecksum(job.data.get(), layout_.page_bytes);
+  h.sequence = job.sequence;
+  h.slot = job.slot;
+  char header[disk_tier::kSlotHeaderBytes];
+  disk_tier::EncodeSlotHeader(h, header);
+  int err = disk_tier::PwriteFull(data_fd_, job.data.get(), layout_.stride,
+                                  layout_.DataOffset(job.slot));
+  if (err == 0) {
+    err = disk_tier::PwriteFull(meta_fd_, header, sizeof(header),
+                                layout_.HeaderOffset(job.slot));
+  }
+  FinishWrite(job, err);
+}
+
+void DiskTier::FinishWrite(const WriteJob& job, int err) {
+  bool log = false;
+  {
+    absl::MutexLock l(&mu_);
+    Slot& s = slots_[job.slot];
+    staged_.erase(job.slot);
+    pending_bytes_ -= layout_.stride;
+    --pending_writes_;
+    if (err == 0) {
+      stats_.bytes_written += layout_.stride;
+      if (s.live) {
+        s.state = SlotState::kStored;
+        LruPushNewest(job.slot);
+      } else {
+        FreeSlot(job.slot);
+      }
+      return;
+    }
+    ++stats_.write_errors;
+    if (s.live) {
+      index_.erase(s.block.key);
+      ++stats_.dropped_error;
+    }
+    FreeSlot(job.slot);
+    refuse_until_ = absl::Now() + options_.write_error_backoff;
+    log = logged_errors_.insert(err).second;
+  }
+  if (log) {
+    Log(LogLevel::kWarning,
+        absl::StrCat("disk tier: writing ", file_path_, " failed: ",
+                     std::strerror(err), "; blocks are dropped for ",
+                     absl::FormatDuration(options_.write_error_backoff),
+                     " after each write error"));
+  }
+}
+
+DiskTier::ReadResult DiskTier::RunRead(const ReadJob& job, char* bounce) {
+  char header[disk_tier::kSlotHeaderBytes];
+  if (disk_tier::PreadFull(meta_fd_, header, sizeof(header),
+                           layout_.HeaderOffset(job.slot)) != 0) {
+    return ReadResult::kError;
+  }
+  disk_tier::SlotHeader h;
+  if (!disk_tier::DecodeSlotHeader(header, &h) || h.key != job.key ||
+      h.slot != job.slot || h.sequence != job.sequence ||
+      h.page_bytes != layout_.page_bytes) {
+    return ReadResult::kBadHeader;
+  }
+  char* target = static_cast<char*>(job.dst);
+  size_t len = layout_.page_bytes;
+  if (direct_) {
+    len = layout_.stride;
+    if (NeedsBounce(job.dst)) target = bounce;
+  }
+  if (disk_tier::PreadFull(data_fd_, target, len,
+                           layout_.DataOffset(job.slot)) != 0) {
+    return ReadResult::kError;
+  }
+  if (disk_tier::DataChecksum(target, layout_.page_bytes) != h.data_checksum) {
+    return ReadResult::kBadChecksum;
+  }
+  if (target != job.dst) std::memcpy(job.dst, target, layout_.page_bytes);
+  return ReadResult::kOk;
+}
+
+// ---- Flush and tests ---------------------------------------------------------
+
+void DiskTier::Flush() {
+  {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](uint64_t* pending) { return *pending == 0; }, &pending_writes_));
+  }
+  if (fdatasync(data_fd_) != 0) {
+    int err = errno;
+    Log(LogLevel::kWarning, absl::StrCat("disk tier: fdatasync of ", file_path_,
+                                         " failed: ", std::strerror(err)));
+  }
+}
+
+void DiskTier::SetWritesPausedForTesting(bool paused) {
+  absl::MutexLock l(&queue_mu_);
+  writes_paused_ = paused;
+}
+
+}  // namespace radixkv::daemon

@@ -1,0 +1,254 @@
+// File: daemon/disk_tier.h
+//
+// DiskTier: the tier below the page pool. Blocks the pool evicts (their
+// page bytes and identity) are written to one preallocated file on local
+// storage, DIR/radixkv-tier.dat, one block per fixed-size slot; a later
+// Acquire that finds them reads them back into pool pages (promotion), and
+// a restarted daemon finds them again. docs/TIERS.md has the file format.
+//
+//   auto tier = DiskTier::Open({.path = "/var/lib/radixkv", .bytes = 64 << 30,
+//                               .page_bytes = pool->page_bytes()});
+//   tier.value()->Put(block, page);             // demotion; never waits for I/O
+//   size_t n = tier.value()->Take(keys, pages); // promotion of keys[0, n)
+//
+// Guarantees:
+//   - A block's bytes are written before its header, and every header
+//     carries an XXH3-64 of the data and a hash of itself; Take verifies both
+//     and the key. A crash or a torn write therefore yields a miss, never
+//     another block's bytes.
+//   - Staging memory is bounded by max_pending_bytes; Put refuses a block
+//     rather than wait. A write error drops the block and makes Put refuse
+//     for write_error_backoff.
+//   - The in-memory index is a flat_hash_map from key to slot plus an
+//     intrusive LRU over the stored slots; no I/O happens under its mutex.
+//
+// Thread safety: every method is thread-safe. The I/O runs on io_threads
+// threads that the tier owns; reads (Take) go before queued writes.
+#ifndef RADIXKV_DAEMON_DISK_TIER_H_
+#define RADIXKV_DAEMON_DISK_TIER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "daemon/disk_tier_io.h"
+#include "radix/block_key.h"
+
+namespace radixkv::daemon {
+
+struct DiskTierOptions {
+  std::string path;         // a directory; the tier file is path/radixkv-tier.dat
+  uint64_t bytes = 0;       // the file's size budget (slots = bytes / slot size)
+  uint64_t page_bytes = 0;  // bytes per block (the pool's page size), > 0
+  int io_threads = 2;       // 1..64
+  uint64_t max_pending_bytes = 64ull << 20;  // staged writes not yet on disk
+  // O_DIRECT for block data where the filesystem allows it (else buffered).
+  bool direct_io = true;
+  // After a write error, Put refuses blocks (dropped_error) for this long.
+  absl::Duration write_error_backoff = absl::Seconds(1);
+  // Write-through (--tier ... demote=wait): Put waits for staging room
+  // instead of dropping the block, and returns once every write queued so
+  // far (its own included) has finished. No block is lost to a slow disk,
+  // and blocks reach the file, and its LRU order, in the order they were
+  // put; the demoting caller pays the disk's time.
+  bool wait_for_staging = false;
+};
+
+struct TierBlock {  // a block's identity, stored with its bytes
+  BlockKey key;         // its chained key (unique across namespaces)
+  BlockKey parent_key;  // the parent's key (the namespace root for a first block)
+  BlockKey root;        // the namespace root
+  uint32_t depth = 0;   // block index in its prompt
+};
+
+struct DiskTierStats {
+  uint64_t slots = 0;              // capacity in blocks
+  uint64_t used = 0;               // blocks present (pending included)
+  uint64_t pending = 0;            // blocks staged, write not finished
+  uint64_t demotions = 0;          // Puts accepted
+  uint64_t dropped_full = 0;       // Puts refused: staging or slots full
+  uint64_t dropped_error = 0;      // blocks lost to write errors, Puts refused after one
+  uint64_t promotions = 0;         // blocks Take returned
+  uint64_t misses = 0;             // Takes that stopped at an absent key
+  uint64_t checksum_failures = 0;  // blocks whose header or data failed at Take
+  uint64_t bytes_written = 0;      // data bytes written (slot strides)
+  uint64_t bytes_read = 0;         // data bytes read by Take (slot strides)
+  uint64_t reloaded = 0;           // blocks found in the file at Open
+  uint64_t evictions = 0;          // stored blocks whose slot Put reused (LRU)
+  uint64_t write_errors = 0;       // failed data or header writes
+  uint64_t read_errors = 0;        // failed reads at Take (block dropped)
+  bool direct_io = false;          // data I/O uses O_DIRECT
+};
+
+class DiskTier {
+ public:
+  // Opens (creating if absent) path/radixkv-tier.dat sized for bytes/slot,
+  // and reloads every slot whose header is valid and whose page_bytes
+  // matches (a file made with another page size or budget is reset, with a
+  // log line). Errors are INVALID_ARGUMENT / FAILED_PRECONDITION naming
+  // "--tier=disk" and the problem: path missing or not a directory, not
+  // writable, bytes too small for one slot, the filesystem cannot hold the
+  // file, page_bytes 0, io_threads out of range, max_pending_bytes below
+  // one block, the file locked by another process.
+  static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& o);
+
+  // Flush()es, then stops the I/O threads. REQUIRES: no call in progress.
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  // Copies `page` (page_bytes) into a staging buffer and queues its write;
+  // never waits for I/O, except with wait_for_staging (write-through, see
+  // DiskTierOptions). Returns false (dropped_full) when
+  // max_pending_bytes would be exceeded (without wait_for_staging) or no
+  // slot can be reused (all pending or being read),
+  // or (dropped_error) within write_error_backoff of a write error; a
+  // dropped block is simply not in the tier. A key already present is
+  // replaced. When every slot is used, the least recently put block's slot
+  // is reused (LRU).
+  bool Put(const TierBlock& block, const void* page);
+
+  // How many of keys[0..] are present, consecutively from the first
+  // (pending writes count as present).
+  size_t CountPresent(absl::Span<const BlockKey> keys) const;
+
+  // Reads blocks keys[0..n) into dst[i] (page_bytes each), n =
+  // min(keys.size(), dst.size()), with parallel reads, verifying each
+  // block's header (valid, key == keys[i]) and data checksum; stops at the
+  // first block that is absent or fails (a failed one is dropped and
+  // counted). Returns how many leading blocks were read; those are removed
+  // from the tier. Later blocks stay; dst[i] for i >= the result holds
+  // unspecified bytes. A block still pending is served from its staging
+  // buffer.
+  size_t Take(absl::Span<const BlockKey> keys, absl::Span<void* const> dst);
+
+  // Metadata of a present block (for events, Explain), if present.
+  bool Lookup(const BlockKey& key, TierBlock* out) const;
+
+  // Waits until every pending write is on disk (data, then its header),
+  // then fdatasync()s the file. For SIGTERM. REQUIRES: writes not paused.
+  void Flush();
+
+  DiskTierStats stats() const;
+  uint64_t capacity_blocks() const { return layout_.slots; }
+  uint64_t page_bytes() const { return layout_.page_bytes; }
+  const std::string& file_path() const { return file_path_; }
+  const disk_tier::Layout& layout() const { return layout_; }
+
+  // Tests: while paused, queued writes stay pending (reads still run).
+  void SetWritesPausedForTesting(bool paused);
+
+ private:
+  enum class SlotState : uint8_t { kFree, kPending, kStored, kReading };
+  struct Slot {
+    TierBlock block;
+    uint64_t sequence = 0;  // of the slot's latest write
+    uint32_t prev = disk_tier::kNoSlot;  // LRU links (kStored only)
+    uint32_t next = disk_tier::kNoSlot;  // LRU, or the free list (kFree)
+    SlotState state = SlotState::kFree;
+    bool live = false;  // indexed under block.key
+  };
+  class StagingPool;
+  using Staged = std::shared_ptr<char>;
+  struct WriteJob {
+    uint32_t slot;
+    uint64_t sequence;
+    TierBlock block;
+    Staged data;
+  };
+  struct ReadBatch;
+  struct ReadJob {
+    uint32_t slot;
+    uint64_t sequence;  // the header must carry it, with `key`
+    BlockKey key;
+    void* dst;
+    ReadBatch* batch;
+    size_t index;
+  };
+  enum class ReadResult : uint8_t { kOk, kBadHeader, kBadChecksum, kError };
+  struct Claim {
+    uint32_t slot;
+    uint64_t sequence;
+    Staged staged;  // set for a block still pending
+  };
+
+  DiskTier(const DiskTierOptions& o, const disk_tier::Layout& layout,
+           const disk_tier::TierFile& file);
+  void Reload();
+  void StartThreads(int n);
+
+  // Index and LRU; all REQUIRE mu_.
+  uint32_t AllocateSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeSlot(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Put's wait conditions (wait_for_staging): staging can take one more
+  // slot; every queued write has finished.
+  bool StagingHasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return pending_bytes_ + layout_.stride <= options_.max_pending_bytes;
+  }
+  bool NoPendingWrites() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return pending_writes_ == 0;
+  }
+  void LruPushNewest(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LruUnlink(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unindex(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t ClaimForTake(absl::Span<const BlockKey> keys, std::vector<Claim>* claims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SettleTake(absl::Span<const BlockKey> keys,
+                  absl::Span<const Claim> claims,
+                  absl::Span<const ReadResult> results, size_t served)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // I/O threads (and a Take's own thread, for its reads).
+  void WorkerLoop();
+  void HelpWithReads(ReadBatch* batch);
+  bool NeedsBounce(const void* dst) const;
+  void RunWrite(const WriteJob& job);
+  ReadResult RunRead(const ReadJob& job, char* bounce);
+  void FinishWrite(const WriteJob& job, int err);
+  void Enqueue(WriteJob job);
+
+  const DiskTierOptions options_;
+  const disk_tier::Layout layout_;
+  const std::string file_path_;
+  const int meta_fd_;
+  const int data_fd_;
+  const bool direct_;
+  std::shared_ptr<StagingPool> staging_pool_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<BlockKey, uint32_t> index_ ABSL_GUARDED_BY(mu_);
+  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
+  uint32_t lru_head_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;  // oldest
+  uint32_t lru_tail_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;  // newest
+  uint32_t free_head_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;
+  // Staging buffers of pending slots, by slot.
+  absl::flat_hash_map<uint32_t, Staged> staged_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // reserved by Put
+  uint64_t pending_writes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time refuse_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::flat_hash_set<int> logged_errors_ ABSL_GUARDED_BY(mu_);
+  DiskTierStats stats_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex queue_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::deque<ReadJob> reads_ ABSL_GUARDED_BY(queue_mu_);
+  std::deque<WriteJob> writes_ ABSL_GUARDED_BY(queue_mu_);
+  bool writes_paused_ ABSL_GUARDED_BY(queue_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace radixkv::daemon
+
+#endif  // RADIXKV_DAEMON_DISK_TIER_H_
