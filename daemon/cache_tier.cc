@@ -27,19 +27,48 @@ void TierLatency::Fill(v1::TierStats* out) const {
       static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) * 1e-9);
 }
 
+namespace {
+
+// A block's move into (kStored) or out of (kRemoved) the tier, as the
+// tree's listeners take it.
+TreeEvent TierEvent(TreeEvent::Type type, NamespaceId ns, const BlockKey& root,
+                    const BlockKey& key, const BlockKey& parent_key,
+                    uint32_t block_size) {
+  TreeEvent e;
+  e.type = type;
+  e.ns = ns;
+  e.root = root;
+  e.key = key;
+  e.parent_key = parent_key;
+  e.depth = parent_key == root ? 0 : 1;  // only "first block or not" matters
+  e.block_size = block_size;
+  e.medium = 1;
+  return e;
+}
+
+}  // namespace
+
 void Cache::MoveBetweenTiers(const SessionRef& session, AcquireResult* r) {
   DiskTier& tier = *options_.tier;
   const gpu::PagePool* pool = registry_.pool();
   RadixTree* t = registry_.tree();
   // Down first: the evicted blocks' pages are this lease's new pages, and
-  // promotion below may overwrite them.
+  // promotion below may overwrite them. Each move is reported as a tier
+  // event (KV events: medium DISK; WatchEvents reports the pool only).
+  std::vector<TreeEvent> moves;
   for (const EvictedBlock& e : r->evicted) {
-    tier.Put({.key = e.key, .parent_key = e.parent_key, .root = e.root},
-             pool->host_page_address(e.page));
+    if (tier.Put({.key = e.key, .parent_key = e.parent_key, .root = e.root},
+                 pool->host_page_address(e.page))) {
+      moves.push_back(TierEvent(TreeEvent::Type::kStored, e.ns, e.root, e.key,
+                                e.parent_key, session.binding.page_size));
+    }
   }
-  if (r->new_blocks == 0) return;
-  const size_t present = tier.CountPresent(r->new_keys);
-  if (present == 0) return;
+  const size_t present =
+      r->new_blocks == 0 ? 0 : tier.CountPresent(r->new_keys);
+  if (present == 0) {
+    if (!moves.empty()) events_.OnTreeEvents(moves);
+    return;
+  }
   const absl::Time start = absl::Now();
   std::vector<void*> dst(present);
   for (size_t i = 0; i < present; ++i) {
@@ -47,6 +76,12 @@ void Cache::MoveBetweenTiers(const SessionRef& session, AcquireResult* r) {
   }
   const size_t got = tier.Take(
       absl::MakeConstSpan(r->new_keys).first(present), dst);
+  const BlockKey root = t->namespace_root(session.binding.ns);
+  for (size_t i = 0; i < got; ++i) {
+    moves.push_back(TierEvent(TreeEvent::Type::kRemoved, session.binding.ns,
+                              root, r->new_keys[i], BlockKey{}, 0));
+  }
+  if (!moves.empty()) events_.OnTreeEvents(moves);
   if (got == 0) return;
   // The bytes are in place: commit those blocks as the lease's own, so
   // they are cached and pinned like the matched prefix.

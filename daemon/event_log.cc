@@ -29,6 +29,7 @@ void EventLog::OnTreeEvents(absl::Span<const TreeEvent> events) {
   const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   absl::MutexLock lock(&mu_);
   for (const TreeEvent& e : events) {
+    if (e.medium != 0) continue;  // WatchEvents reports the pool only
     Entry entry{e, now};
     const size_t slot = (next_seq_ - 1) % capacity_;
     if (slot < ring_.size()) {

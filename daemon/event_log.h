@@ -56,7 +56,9 @@ class EventLog final : public EventListener {
   EventLog& operator=(const EventLog&) = delete;
 
   // EventListener: appends, never blocks on anything but mu_. Hands the
-  // same events to the forward listener first, if one is set.
+  // same events to the forward listener first, if one is set. Events of
+  // another medium than the pool (TreeEvent::medium, the tier's moves) are
+  // only forwarded.
   void OnTreeEvents(absl::Span<const TreeEvent> events) override;
 
   // Also hands every batch of tree events to `next` (not owned; null: none),

@@ -238,6 +238,7 @@ void KvEventPublisher::OnTreeEvents(absl::Span<const TreeEvent> events) {
     }
     r.ns = e.ns;
     r.root = e.root;
+    r.medium = e.medium;
     r.key = e.key;
     pending_.push_back(r);
   }

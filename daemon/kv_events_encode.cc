@@ -45,6 +45,7 @@ void Hash(Packer& pk, KvHashForm form, const BlockKey& key) {
 // Whether record b continues the BlockStored run that a ends.
 bool Chains(const KvRecord& a, const KvRecord& b) {
   return b.kind == Kind::kStored && a.kind == Kind::kStored && b.ns == a.ns &&
+         b.medium == a.medium &&
          b.depth == a.depth + 1 && b.parent_key == a.key &&
          b.block_size == a.block_size &&
          (b.token_count == 0) == (a.token_count == 0);
@@ -58,7 +59,10 @@ size_t RunEnd(absl::Span<const KvRecord> records, size_t i) {
       while (j < records.size() && Chains(records[j - 1], records[j])) ++j;
       return j;
     case Kind::kRemoved:
-      while (j < records.size() && records[j].kind == Kind::kRemoved) ++j;
+      while (j < records.size() && records[j].kind == Kind::kRemoved &&
+             records[j].medium == records[i].medium) {
+        ++j;
+      }
       return j;
     case Kind::kCleared:
       return j;
@@ -125,7 +129,7 @@ void PackStored(KvPayload* buf, Packer& pk, const KvEncodeOptions& o,
   if (map) Str(pk, "lora_id");
   pk.pack_nil();
   if (map) Str(pk, "medium");
-  Str(pk, o.medium);
+  Str(pk, first.medium == 0 ? o.medium : o.tier_medium);
   if (map) Str(pk, "lora_name");
   const std::string* name = lora(first.root);
   if (name == nullptr || name->empty()) {
@@ -154,7 +158,7 @@ void PackRemoved(Packer& pk, const KvEncodeOptions& o,
   pk.pack_array(static_cast<uint32_t>(run.size()));
   for (const KvRecord& r : run) Hash(pk, o.hash, r.key);
   if (map) Str(pk, "medium");
-  Str(pk, o.medium);
+  Str(pk, run.front().medium == 0 ? o.medium : o.tier_medium);
   if (!map) return;
   Str(pk, "group_idx");
   pk.pack_uint32(0);

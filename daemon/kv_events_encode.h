@@ -56,12 +56,15 @@ struct KvRecord {
   uint64_t token_offset = 0;  // kStored: into the batch's token array
   uint32_t token_count = 0;   // kStored: block_size, or 0 (key mode)
   BlockKey root;              // kStored, kRemoved: the namespace's root
+  uint8_t medium = 0;         // TreeEvent::medium: 0 the pool, 1 the tier
 };
 
 struct KvEncodeOptions {
   KvHashForm hash = KvHashForm::kInt64;
   KvEventEncoding encoding = KvEventEncoding::kMap;
   std::string medium = "CPU";
+  // The medium of blocks in the tier below the pool (KvRecord::medium 1).
+  std::string tier_medium = "DISK";
   int64_t data_parallel_rank = 0;
 };
 

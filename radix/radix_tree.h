@@ -113,6 +113,11 @@ struct TreeEvent {
   // kCleared: cached blocks left after the Clear (pinned, or stored while
   // it ran); 0 when the tree is empty.
   uint64_t remaining = 0;
+  // Where the block is: 0, this tree's pages (every event the tree
+  // reports). Other values are never set by the tree: a caller that keeps
+  // blocks elsewhere (radixkvd's tier below the pool) reports its own
+  // moves to the same listeners with them.
+  uint8_t medium = 0;
 };
 
 // Receives tree events. Called with the tree's mutex held, in tree order: an

@@ -136,6 +136,39 @@ def test_sigkill_during_demotion_serves_no_wrong_bytes(prompts, tier_dir,
         d.stop()
 
 
+def test_tier_moves_are_kv_events_with_their_medium(prompts, tier_dir, tmp_path):
+    zmq = pytest.importorskip("zmq")
+    msgpack = pytest.importorskip("msgpack")
+    endpoint = f"ipc://{tmp_path}/events.ipc"
+    d = start(tier_dir, f"--kv_events_endpoint={endpoint}")
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(endpoint)
+    time.sleep(0.3)
+    try:
+        run_worker(prompts, "unix:" + d.sock)
+        run_worker(prompts, "unix:" + d.sock)
+        s = d.stats().tier
+        counts = {}
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if not sub.poll(500):
+                break
+            _, _, payload = sub.recv_multipart()
+            for ev in msgpack.unpackb(payload, raw=False)[1]:
+                key = (ev["type"], ev.get("medium"))
+                counts[key] = counts.get(key, 0) + len(ev.get("block_hashes", []))
+    finally:
+        sub.close()
+        d.stop()
+    # Every block that went down to the tier was published as stored on
+    # DISK (and removed from the pool's CPU medium); every promoted one as
+    # removed from DISK and stored again on CPU.
+    assert counts.get(("BlockStored", "DISK"), 0) == s.demoted_blocks, (counts, s)
+    assert counts.get(("BlockRemoved", "DISK"), 0) == s.promoted_blocks, (counts, s)
+    assert counts.get(("BlockRemoved", "CPU"), 0) >= s.demoted_blocks, counts
+
+
 @pytest.mark.parametrize("tier,pool,want", [
     ("disk,path=/nonexistent/dir,bytes=1MiB", POOL, "--tier=disk"),
     ("disk,path={file},bytes=1MiB", POOL, "--tier=disk"),
