@@ -42,6 +42,8 @@ const char* Reason(v1::BlockState s) {
       return "these tokens are cached under another namespace";
     case v1::BLOCK_STATE_PARENT_MISSING:
       return "an earlier block of the prompt is not cached";
+    case v1::BLOCK_STATE_IN_TIER:
+      return "in the tier below the pool (an Acquire promotes it)";
     default: return "";
   }
 }
@@ -368,6 +370,11 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
       state = v1::BLOCK_STATE_WRONG_NAMESPACE;
       out->set_other_namespace_id(other_roots[other[i]].ToCanonical());
     }
+    TierBlock in_tier;
+    if (state != v1::BLOCK_STATE_CACHED && options_.tier != nullptr &&
+        options_.tier->Lookup(b.key, &in_tier)) {
+      state = v1::BLOCK_STATE_IN_TIER;
+    }
     out->set_state(state);
     out->set_reason(Reason(state));
     if (state == v1::BLOCK_STATE_CACHED) {
@@ -380,6 +387,12 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
     }
   }
   resp->set_matched_blocks(matched);
+  uint32_t in_tier = 0;
+  while (matched + in_tier < static_cast<uint32_t>(resp->blocks_size()) &&
+         resp->blocks(matched + in_tier).state() == v1::BLOCK_STATE_IN_TIER) {
+    ++in_tier;
+  }
+  resp->set_tier_blocks(in_tier);
   return absl::OkStatus();
 }
 

@@ -2,6 +2,7 @@
 // parsing, the daemon channel, calls with a deadline, the error -> exit code
 // mapping and result printing.
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "grpcpp/security/credentials.h"
 #include "radix/status_macros.h"
 #include "radixkv/channel.h"
+#include "radixkv/namespace_spec.h"
 
 namespace radixkv::ctl {
 
@@ -121,6 +123,9 @@ std::vector<FlagSpec> NamespaceFlags() {
        DTypeNames()},
       {"tp-rank", true, "tensor-parallel rank (default 0)"},
       {"tp-size", true, "tensor-parallel size (default 1)"},
+      {"layout", true,
+       "per-layer (default) or xlayer:S[:W]: layers S.. share one K/V bank, "
+       "W the local window (part of the namespace)"},
   };
 }
 
@@ -183,6 +188,34 @@ const char* DTypeShortName(uint32_t dtype) {
   }
 }
 
+absl::Status ParseLayout(const std::string& layout, bool check,
+                         NamespaceSpec* spec) {
+  spec->cross_layer.reset();
+  if (layout.empty() || layout == "per-layer") return absl::OkStatus();
+  const std::vector<std::string> parts = absl::StrSplit(layout, ':');
+  uint32_t s = 0, w = 0;
+  if (parts.size() < 2 || parts.size() > 3 || parts[0] != "xlayer" ||
+      !absl::SimpleAtoi(parts[1], &s) ||
+      (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &w))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--layout=", layout, ": want per-layer or xlayer:S[:W] (layers S.. "
+        "share one K/V bank; W, the local window in tokens)"));
+  }
+  const CrossLayerKv x{s, w};
+  if (check) {
+    if (std::optional<CrossLayerProblem> bad =
+            CheckCrossLayerKv(spec->num_layers, x)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--layout=", layout, ": ",
+          bad->field == "local_window" ? "W (local_window) "
+                                       : "S (shared_from_layer) ",
+          bad->message));
+    }
+  }
+  spec->cross_layer = x;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args, bool raw) {
   constexpr uint64_t kU32Max = 0xffffffffu;
   const uint64_t min = raw ? 0 : 1;
@@ -214,6 +247,7 @@ absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args, bool raw) {
   ns.page_size = static_cast<uint32_t>(page);
   ns.tp_rank = static_cast<uint32_t>(tp_rank);
   ns.tp_size = static_cast<uint32_t>(tp_size);
+  RETURN_IF_ERROR(ParseLayout(args.Get("layout"), /*check=*/!raw, &ns));
   return ns;
 }
 

@@ -188,11 +188,19 @@ int CallAndPrint(
 std::vector<FlagSpec> NamespaceFlags();
 // Builds a NamespaceSpec from those flags. --model, --layers, --kv-heads,
 // --head-dim and --dtype are required; --page-size defaults to 16,
-// --tp-size to 1. INVALID_ARGUMENT names the flag. `raw` (for `hash`, which
-// hashes whatever it is given, as the contract's test vectors do) also
-// accepts 0 for the layout fields, tp_size and dtype ("unspecified").
+// --tp-size to 1, --layout to per-layer (ParseLayout). INVALID_ARGUMENT
+// names the flag. `raw` (for `hash`, which hashes whatever it is given, as
+// the contract's test vectors do) also accepts 0 for the layout fields,
+// tp_size and dtype ("unspecified"), and any xlayer:S[:W] values.
 absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args,
                                                 bool raw = false);
+// Parses a --layout value into spec->cross_layer: "per-layer" or empty
+// (none), or "xlayer:S[:W]" (layers S.. share one K/V bank, W the local
+// window, 0 when omitted; docs/CONTRACTS.md §2.2). With `check`, S and W
+// must be serveable for spec->num_layers (CheckCrossLayerKv: 1 <= S <
+// layers, W <= 65536). INVALID_ARGUMENT names --layout and the rule.
+absl::Status ParseLayout(const std::string& layout, bool check,
+                         NamespaceSpec* spec);
 // Parses a dtype name: fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (also the long
 // forms float16, bfloat16, DTYPE_FLOAT16, ...) or the enum number; with
 // `allow_unspecified` also 0 / "unspecified".

@@ -99,6 +99,7 @@ const char* StateName(v1::BlockState s) {
     case v1::BLOCK_STATE_TOKEN_MISMATCH: return "token-mismatch";
     case v1::BLOCK_STATE_WRONG_NAMESPACE: return "wrong-namespace";
     case v1::BLOCK_STATE_PARENT_MISSING: return "parent-missing";
+    case v1::BLOCK_STATE_IN_TIER: return "in-tier";
     default: return "unknown";
   }
 }
@@ -110,7 +111,11 @@ void PrintExplain(const v1::ExplainResponse& resp, uint32_t page_size,
         << (resp.namespace_known() ? "known to the daemon"
                                    : "never used on this daemon")
         << "): " << resp.matched_blocks() << " of " << resp.total_blocks()
-        << " blocks cached\n";
+        << " blocks cached";
+    if (resp.tier_blocks() != 0) {
+      out << ", " << resp.tier_blocks() << " more in the tier below the pool";
+    }
+    out << "\n";
   }
   Table t({"BLOCK", "TOKENS", "KEY", "STATE", "PAGE", "REFS", "AGE", "REASON"});
   t.AlignRight({0, 4, 5, 6});
@@ -224,32 +229,6 @@ absl::StatusOr<SizeResult> SizeOf(const NamespaceSpec& spec, uint64_t tokens) {
   return r;
 }
 
-// --layout: "per-layer" (the default) or "xlayer:S[:W]" (layers S.. share
-// one bank; W, the local window, is checked but holds no page bytes). Sets
-// spec->cross_layer for xlayer. INVALID_ARGUMENT names --layout and the
-// limit.
-absl::Status ParseSizeLayout(const std::string& layout, NamespaceSpec* spec) {
-  if (layout.empty() || layout == "per-layer") return absl::OkStatus();
-  std::vector<std::string> parts = absl::StrSplit(layout, ':');
-  uint32_t s = 0, w = 0;
-  if (parts.size() < 2 || parts.size() > 3 || parts[0] != "xlayer" ||
-      !absl::SimpleAtoi(parts[1], &s) ||
-      (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &w))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--layout=", layout, ": want per-layer or xlayer:S[:W] (layers S.. "
-        "share one K/V bank; W, the local window in tokens)"));
-  }
-  const CrossLayerKv x{s, w};
-  if (std::optional<CrossLayerProblem> bad = CheckCrossLayerKv(spec->num_layers, x)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--layout=", layout, ": ",
-        bad->field == "local_window" ? "W (local_window) " : "S (shared_from_layer) ",
-        bad->message));
-  }
-  spec->cross_layer = x;
-  return absl::OkStatus();
-}
-
 // Prints `size`'s answer: r for spec's layout, per_layer for the same model
 // with per-layer KV (equal to r without a cross-layer layout).
 void PrintSize(Context& ctx, const NamespaceSpec& spec, uint64_t tokens,
@@ -345,7 +324,7 @@ int RunSize(Context& ctx) {
   spec.dtype = *dtype;
   NamespaceSpec plain = spec;
   const std::string layout = ctx.args.Get("layout", "per-layer");
-  if (absl::Status st = ParseSizeLayout(layout, &spec); !st.ok()) {
+  if (absl::Status st = ParseLayout(layout, /*check=*/true, &spec); !st.ok()) {
     return BadArgs(ctx, std::string(st.message()));
   }
   absl::StatusOr<SizeResult> r = SizeOf(spec, *tokens);

@@ -53,6 +53,7 @@
 #ifndef RADIXKV_CLIENT_WORKER_XLAYER_MODEL_H_
 #define RADIXKV_CLIENT_WORKER_XLAYER_MODEL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -79,6 +80,32 @@ struct XLayerWeights {
 // field and its limit ("model xlayer.shared_from = 0: ...").
 // REQUIRES: config.xlayer is set.
 absl::Status ValidateXLayer(const ModelConfig& config);
+
+// What the upper layers' attention of one Forward reads: the bank of the
+// prefix (staged fp32) and of the request's own tokens (LocalKv's bank
+// group), and one upper layer's window. Token rows are kv_heads * head_dim
+// floats, row-major; pointers are borrowed for the call.
+struct XLayerBankView {
+  const float* prefix_k = nullptr;  // position j < prefix_tokens at row j
+  const float* prefix_v = nullptr;
+  uint32_t prefix_tokens = 0;
+  const float* local_k = nullptr;  // position prefix_tokens + t at row t
+  const float* local_v = nullptr;
+  const float* win_k = nullptr;  // position win_base + j at row j
+  const float* win_v = nullptr;
+  uint32_t win_base = 0;
+};
+
+// One upper layer's attention (the selection rule above) for m query
+// tokens at positions first_pos .. first_pos + m - 1: q and out are
+// [m][q_heads][head_dim], q RoPE'd. REQUIRES: config.xlayer set; the bank
+// holds positions 0 .. first_pos + m - 1; with a window, the window holds
+// positions max(0, first_pos - W + 1) .. first_pos + m - 1 (win_base at or
+// below the first). Multi-threaded (gpu::ParallelFor); out does not depend
+// on the thread count or on m (a row's result is that of the same query
+// attending alone).
+void XLayerAttention(const ModelConfig& config, const XLayerBankView& bank,
+                     const float* q, size_t m, uint64_t first_pos, float* out);
 
 // ForwardFlops of a cross-layer model: lower layers as the per-layer
 // model's, the bank and window projections, upper layers' matmuls, their

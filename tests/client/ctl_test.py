@@ -34,6 +34,25 @@ def prompt(n, salt):
 HEX32 = r"^[0-9a-f]{32}$"
 
 
+def vector_flags(ns):
+    """The namespace flags of a contract vector's namespace (its eleven
+    fields; a cross_layer layout is not among them)."""
+    return ["--model=" + ns["model"], "--model-revision=" + ns["model_revision"],
+            "--lora=" + ns["lora"], "--salt=" + ns["cache_salt"],
+            "--layers=%d" % ns["num_layers"], "--kv-heads=%d" % ns["num_kv_heads"],
+            "--head-dim=%d" % ns["head_dim"], "--page-size=%d" % ns["page_size"],
+            "--dtype=%d" % ns["dtype"], "--tp-rank=%d" % ns["tp_rank"],
+            "--tp-size=%d" % ns["tp_size"]]
+
+
+def worker_path():
+    """radixkv-worker: $RADIXKV_WORKER, else next to radixkvctl in its build
+    tree (client/worker/); None when absent."""
+    path = os.environ.get("RADIXKV_WORKER") or os.path.join(
+        os.path.dirname(ARGS.ctl), "worker", "radixkv-worker")
+    return path if os.access(path, os.X_OK) else None
+
+
 def u64(v):
     """A 64-bit integer field: -o json prints it as a JSON number."""
     assert isinstance(v, int) and not isinstance(v, bool), repr(v)
@@ -253,17 +272,7 @@ class CtlTest(unittest.TestCase):
             vectors = json.load(f)["vectors"]
         self.assertGreater(len(vectors), 0)
         for v in vectors:
-            ns = v["namespace"]
-            flags = ["--model=" + ns["model"],
-                     "--model-revision=" + ns["model_revision"],
-                     "--lora=" + ns["lora"], "--salt=" + ns["cache_salt"],
-                     "--layers=%d" % ns["num_layers"],
-                     "--kv-heads=%d" % ns["num_kv_heads"],
-                     "--head-dim=%d" % ns["head_dim"],
-                     "--page-size=%d" % ns["page_size"],
-                     "--dtype=%d" % ns["dtype"],
-                     "--tp-rank=%d" % ns["tp_rank"],
-                     "--tp-size=%d" % ns["tp_size"]]
+            flags = vector_flags(v["namespace"])
             tokens = ",".join(map(str, v["tokens"]))
             args = ["hash", *flags, "-o", "json"] + ([tokens] if tokens else [])
             # No daemon needed: point at a socket nobody serves.
@@ -286,6 +295,110 @@ class CtlTest(unittest.TestCase):
         self.assertIn(v["root"], out.splitlines()[0])
         for k in v["block_keys"]:
             self.assertIn(k, out)
+
+    # -- cross-layer KV layouts (--layout) ------------------------------------------------
+
+    def test_hash_layout_matches_cross_layer_vectors(self):
+        with open(ARGS.vectors) as f:
+            cases = json.load(f)["cross_layer_vectors"]
+        self.assertGreaterEqual(len(cases), 5)
+        for v in cases:
+            x = v["namespace"]["cross_layer"]
+            layout = "xlayer:%d:%d" % (x["shared_from_layer"], x["local_window"])
+            args = ["hash", *vector_flags(v["namespace"]), "-o", "json",
+                    ",".join(map(str, v["tokens"]))]
+            # `hash` takes the contract's values as given (xlayer:0:0 too).
+            rc, out, err = Ctl.run(args + ["--layout=" + layout], "/tmp/rkc_no_daemon.sock")
+            self.assertEqual(rc, 0, "%s: %s" % (v["name"], err))
+            got = json.loads(out)
+            self.assertEqual(got["namespace_id"], v["root"], v["name"])
+            self.assertEqual(got["block_keys"], v["block_keys"], v["name"])
+            for plain in ([], ["--layout=per-layer"]):
+                rc, out, err = Ctl.run(args + plain, "/tmp/rkc_no_daemon.sock")
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(json.loads(out)["namespace_id"], v["plain_root"],
+                                 v["name"])
+        # W omitted is no window.
+        v = next(c for c in cases if c["name"] == "xlayer_40_layers_from_21_no_window")
+        rc, out, err = Ctl.run(["hash", *vector_flags(v["namespace"]), "-o", "json",
+                                "--layout=xlayer:21", *map(str, v["tokens"])])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json.loads(out)["namespace_id"], v["root"])
+
+    def test_layout_bad_arguments_exit_3(self):
+        # NS_FLAGS has 2 layers: S must be 1. The messages are `size --layout`'s.
+        cases = [
+            (["match", *NS_FLAGS, "--layout=xlayer:2", "1"], "1..1"),
+            (["explain", *NS_FLAGS, "--layout=xlayer:0", "1"], "S (shared_from_layer)"),
+            (["match", *NS_FLAGS, "--layout=xlayer:1:70000", "1"], "65536"),
+            (["explain", *NS_FLAGS, "--layout=shared", "1"], "xlayer:S[:W]"),
+            (["hash", *NS_FLAGS, "--layout=xlayer", "1"], "xlayer:S[:W]"),
+            (["hash", *NS_FLAGS, "--layout=xlayer:1:2:3", "1"], "xlayer:S[:W]"),
+            (["hash", *NS_FLAGS, "--layout=xlayer:-1", "1"], "xlayer:S[:W]"),
+        ]
+        for args, needle in cases:
+            rc, out, err = Ctl.run(args, self.sock)
+            self.assertEqual(rc, 3, "%s: rc=%d %s" % (args, rc, err))
+            self.assertEqual(out, "", args)
+            self.assertTrue(err.startswith("Error: --layout="), err)
+            self.assertIn(needle, err, args)
+        rc, size_out, size_err = Ctl.run(["size", "--layers=2", "--kv-heads=2",
+                                          "--head-dim=8", "--dtype=fp16", "--tokens=4",
+                                          "--layout=xlayer:2"])
+        rc2, _, match_err = Ctl.run(["match", *NS_FLAGS, "--layout=xlayer:2", "1"])
+        self.assertEqual((rc, rc2), (3, 3))
+        self.assertEqual(size_err, match_err)
+
+    def test_xlayer_namespace_listed_matched_and_explained(self):
+        worker = worker_path()
+        if worker is None:
+            self.skipTest("radixkv-worker not built")
+        # A cross-layer model whose pages (2 groups x 2 x 2 heads x 4 x 8 x
+        # fp16 = 512 B) fit the pool NS_FLAGS' namespace uses.
+        tokens = list(range(301, 315))  # 3 full blocks of 4, 2 left over
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(" ".join(map(str, tokens)) + "\n")
+            path = f.name
+        try:
+            p = subprocess.run(
+                [worker, "run", "--endpoint=" + self.sock, "--prompts=" + path,
+                 "--decode=1", "--device=cpu", "--json", "--model=tiny", "--layers=3",
+                 "--kv-heads=2", "--q-heads=4", "--head-dim=8", "--page-size=4",
+                 "--kv-dtype=fp16", "--layout=xlayer", "--xlayer-from=1",
+                 "--xlayer-window=4"],
+                capture_output=True, text=True, timeout=TIMEOUT)
+        finally:
+            os.unlink(path)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["committed_blocks"], 3, p.stdout)
+        nss = self.json_of("namespaces")["namespaces"]
+        mine = [n for n in nss if n["namespace"].get("cross_layer")]
+        self.assertEqual(len(mine), 1, nss)
+        ns = mine[0]["namespace"]
+        self.assertEqual(ns["cross_layer"], {"shared_from_layer": 1, "local_window": 4})
+        out, _ = self.ctl("namespaces")
+        self.assertIn("L3 H2 D8 fp16 p4 xlayer:1:4", out)
+        flags = ["--model=" + ns["model"], "--model-revision=" + ns["model_revision"],
+                 "--layers=3", "--kv-heads=2", "--head-dim=8", "--dtype=fp16",
+                 "--page-size=4"]
+        toks = ",".join(map(str, tokens))
+        m = self.json_of("match", *flags, "--layout=xlayer:1:4", toks)
+        self.assertEqual((m["matched_blocks"], u64(m["matched_tokens"])), (3, 12))
+        self.assertEqual(m["namespace_id"], mine[0]["namespace_id"])
+        h = self.json_of("hash", *flags, "--layout=xlayer:1:4", toks)
+        self.assertEqual(h["namespace_id"], mine[0]["namespace_id"])
+        e = self.json_of("explain", *flags, "--layout=xlayer:1:4", toks)
+        self.assertTrue(e["namespace_known"])
+        self.assertEqual([b["state"] for b in e["blocks"]], ["BLOCK_STATE_CACHED"] * 3)
+        # The same model and tokens without the layout, or with another
+        # window: another namespace, which never shares these blocks.
+        for other in ([], ["--layout=per-layer"], ["--layout=xlayer:1"]):
+            m = self.json_of("match", *flags, *other, toks)
+            self.assertEqual(m["matched_blocks"], 0, other)
+            e = self.json_of("explain", *flags, *other, toks)
+            self.assertFalse(e["namespace_known"], other)
+            self.assertEqual([b["state"] for b in e["blocks"]],
+                             ["BLOCK_STATE_WRONG_NAMESPACE"] * 3, other)
 
     # -- evict, clear --------------------------------------------------------------------------
 

@@ -26,6 +26,15 @@ if(RADIXKV_HAVE_CUDA)
   target_include_directories(kernels_quant_cuda_test PRIVATE ${PROJECT_SOURCE_DIR})
   gtest_discover_tests(kernels_quant_cuda_test DISCOVERY_TIMEOUT 60
                        PROPERTIES LABELS gpu TIMEOUT 300)
+  # Cross-layer KV pages (S + 1 groups, the bank last): write_kv, read_kv,
+  # copy_pages bit-exact and attention over the bank, CUDA against the CPU.
+  add_executable(kernels_xlayer_cuda_test
+    ${CMAKE_CURRENT_LIST_DIR}/kernels_xlayer_cuda_test.cc)
+  target_link_libraries(kernels_xlayer_cuda_test PRIVATE radixkv_gpu
+                        CUDA::cudart_static GTest::gtest_main)
+  target_include_directories(kernels_xlayer_cuda_test PRIVATE ${PROJECT_SOURCE_DIR})
+  gtest_discover_tests(kernels_xlayer_cuda_test DISCOVERY_TIMEOUT 60
+                       PROPERTIES LABELS gpu TIMEOUT 300)
 endif()
 
 # The GPU check bundle (scripts/gpu_bundle.sh): assembled from this build's

@@ -1,7 +1,7 @@
 """radixkv.keys: block-key contract v1 against the pinned vectors (those of
 namespaces with a cross-layer KV layout too), the worked examples of
-docs/CONTRACTS.md §1.3 and §1.2.1, and `radixkvctl hash` on random
-namespaces and prompts."""
+docs/CONTRACTS.md §1.3 and §1.2.1, and `radixkvctl hash` (with and without
+--layout=xlayer:S:W) on the vectors and on random namespaces and prompts."""
 import dataclasses
 import json
 import random
@@ -35,9 +35,15 @@ def test_every_vector(vectors):
 def test_cross_layer_vectors(vectors):
     cases = vectors["cross_layer_vectors"]
     assert len(cases) >= 5
+    assert radixkv.CrossLayerKv is K.CrossLayerKv
+    assert "CrossLayerKv" in radixkv.__all__
     for v in cases:
         spec = radixkv.NamespaceSpec(**v["namespace"])
-        assert isinstance(spec.cross_layer, K.CrossLayerKv), v["name"]
+        assert isinstance(spec.cross_layer, radixkv.CrossLayerKv), v["name"]
+        # A CrossLayerKv and a dict of its fields give the same spec.
+        x = v["namespace"]["cross_layer"]
+        assert spec.cross_layer == radixkv.CrossLayerKv(
+            x["shared_from_layer"], x["local_window"]), v["name"]
         root = radixkv.namespace_root(spec)
         assert root.hex() == v["root"], v["name"]
         got = radixkv.compute_block_keys(root, spec.page_size, v["tokens"])
@@ -161,6 +167,54 @@ def _random_case(rng):
     tokens = [rng.choice([rng.randrange(2**32), rng.randrange(50000), 2**32 - 1, 0])
               for _ in range(n)]
     return spec, tokens
+
+
+def _ctl_hash(radixkvctl, spec, tokens, tokens_file, layout=None):
+    """`radixkvctl hash -o json` for a dict of the eleven fields."""
+    tokens_file.write_text(" ".join(map(str, tokens)))
+    argv = [radixkvctl, "hash", "--model=" + spec["model"],
+            "--model-revision=" + spec["model_revision"],
+            "--lora=" + spec["lora"], "--salt=" + spec["cache_salt"],
+            f"--layers={spec['num_layers']}", f"--kv-heads={spec['num_kv_heads']}",
+            f"--head-dim={spec['head_dim']}", f"--page-size={spec['page_size']}",
+            f"--dtype={spec['dtype']}", f"--tp-rank={spec['tp_rank']}",
+            f"--tp-size={spec['tp_size']}", f"--file={tokens_file}", "-o", "json"]
+    if layout is not None:
+        argv.append("--layout=" + layout)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, (argv, p.stderr)
+    return json.loads(p.stdout)
+
+
+def test_cross_layer_keys_match_radixkvctl(radixkvctl, vectors, tmp_path):
+    # The C++ keys (radixkvctl hash --layout) of the pinned vectors...
+    for v in vectors["cross_layer_vectors"]:
+        fields = {k: v["namespace"][k] for k in v["namespace"] if k != "cross_layer"}
+        x = radixkv.CrossLayerKv(**v["namespace"]["cross_layer"])
+        out = _ctl_hash(radixkvctl, fields, v["tokens"], tmp_path / "v.txt",
+                        f"xlayer:{x.shared_from_layer}:{x.local_window}")
+        assert out["namespace_id"] == v["root"], v["name"]
+        assert out["block_keys"] == v["block_keys"], v["name"]
+        spec = radixkv.NamespaceSpec(**fields, cross_layer=x)
+        got = radixkv.compute_block_keys(radixkv.namespace_root(spec),
+                                         spec.page_size, v["tokens"])
+        assert [k.hex() for k in got] == out["block_keys"], v["name"]
+    # ...and of random namespaces and layouts, against the Python keys.
+    rng = random.Random(20250117)
+    for case in range(16):
+        fields, tokens = _random_case(rng)
+        x = radixkv.CrossLayerKv(rng.choice([0, 1, 21, 2**32 - 1]),
+                                 rng.choice([0, 4, 128, 65536, 2**32 - 1]))
+        out = _ctl_hash(radixkvctl, fields, tokens, tmp_path / f"r{case}.txt",
+                        f"xlayer:{x.shared_from_layer}:{x.local_window}")
+        spec = radixkv.NamespaceSpec(**fields, cross_layer=x)
+        root = radixkv.namespace_root(spec)
+        assert out["namespace_id"] == root.hex(), (fields, x)
+        plain = radixkv.namespace_root(dataclasses.replace(spec, cross_layer=None))
+        assert root != plain
+        got = radixkv.compute_block_keys(root, spec.page_size,
+                                         np.asarray(tokens, np.uint64))
+        assert out["block_keys"] == [k.hex() for k in got], (fields, x)
 
 
 def test_against_radixkvctl_hash(radixkvctl, tmp_path):

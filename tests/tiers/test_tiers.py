@@ -20,6 +20,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from rkv_testutil import Daemon  # noqa: E402
+from radixkv import pb, pb_grpc  # noqa: E402
 
 PAGE_BYTES = 8192   # one page of the reference worker's tiny model (its namespace)
 POOL = f"host,bytes={16 * PAGE_BYTES},page_bytes={PAGE_BYTES}"
@@ -85,6 +86,16 @@ def test_evicted_blocks_come_back_from_the_tier(prompts, tier_dir, reference):
         assert all(r["matched_tokens"] == 0 for r in first), first
         s = d.stats()
         assert s.tier.kind == "disk" and s.tier.demoted_blocks >= 16, s.tier
+        # Explain sees prompt 0 in the tier, Match counts it there.
+        ns = d.admin.ListNamespaces(pb.ListNamespacesRequest()).namespaces[0].namespace
+        with open(prompts) as f:
+            tokens = [int(t) for t in f.readline().split()]
+        e = d.admin.Explain(pb.ExplainRequest(namespace=ns, tokens=tokens))
+        assert e.matched_blocks == 0 and e.tier_blocks == 8, e
+        assert all(b.state == pb.BLOCK_STATE_IN_TIER for b in e.blocks), e
+        kv = pb_grpc.KvCacheStub(d._channel)
+        m = kv.Match(pb.MatchRequest(namespace=ns, tokens=tokens))
+        assert (m.matched_blocks, m.tier_matched_blocks) == (0, 8), m
         second = run_worker(prompts, "unix:" + d.sock)
         check_equal(second, reference)
         # Prompt 0 was evicted by prompts 2 and 3: all of it came back up.

@@ -3,10 +3,15 @@
 // bank) and whose windows are rebuilt from the prefix's last W tokens gives
 // the logits and greedy tokens of a full prefill (fp32, within 1e-4), for
 // cached prefixes shorter than, equal to and longer than W and for GQA and
-// MQA head ratios; its pages hold S + 1 groups; its namespace never shares
+// MQA head ratios; the upper layers' attention equals the selection rule
+// written out directly, ties included; its pages hold S + 1 groups; its namespace never shares
 // blocks with the per-layer one; invalid layouts are refused, by the model,
 // by the daemon's request validation and by `radixkvctl size`.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <numeric>
+#include <random>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -93,6 +98,119 @@ INSTANTIATE_TEST_SUITE_P(
       return "q" + std::to_string(std::get<0>(info.param)) + "kv" +
              std::to_string(std::get<1>(info.param));
     });
+
+// The selection rule of xlayer_model.h written out directly: every visible
+// bank position scored with a sequential dot product, a full sort by
+// (score descending, position ascending), the first k taken in increasing
+// position order, then the window; one softmax.
+std::vector<float> ReferenceAttention(const ModelConfig& c,
+                                      const XLayerBankView& b,
+                                      const std::vector<float>& q, size_t m,
+                                      uint64_t first_pos) {
+  const size_t hd = c.head_dim, kvd = size_t{c.num_kv_heads} * hd;
+  const size_t group = c.num_q_heads / c.num_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const uint32_t k = c.xlayer->top_k, w = c.xlayer->window;
+  std::vector<float> out(q.size());
+  for (size_t i = 0; i < m; ++i) {
+    const uint64_t p = first_pos + i;
+    for (size_t h = 0; h < c.num_q_heads; ++h) {
+      const float* qh = &q[(i * c.num_q_heads + h) * hd];
+      const size_t g = h / group;
+      auto row = [&](const float* prefix, const float* local, uint64_t j) {
+        return (j < b.prefix_tokens ? prefix + j * kvd
+                                    : local + (j - b.prefix_tokens) * kvd) +
+               g * hd;
+      };
+      auto score = [&](const float* key) {
+        float s = 0.0f;
+        for (size_t d = 0; d < hd; ++d) s += qh[d] * key[d];
+        return s * scale;
+      };
+      std::vector<uint32_t> order(p + 1);
+      std::iota(order.begin(), order.end(), 0u);
+      std::vector<float> sc(p + 1);
+      for (uint64_t j = 0; j <= p; ++j) sc[j] = score(row(b.prefix_k, b.local_k, j));
+      std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t z) {
+        return sc[a] > sc[z] || (sc[a] == sc[z] && a < z);
+      });
+      if (k != 0 && k < order.size()) order.resize(k);
+      std::sort(order.begin(), order.end());
+      std::vector<std::pair<float, const float*>> keys;  // (score, V row)
+      for (uint32_t j : order) keys.push_back({sc[j], row(b.prefix_v, b.local_v, j)});
+      const uint64_t lo = w == 0 ? p + 1 : (p + 1 > w ? p + 1 - w : 0);
+      for (uint64_t j = lo; j <= p; ++j) {
+        const size_t at = (j - b.win_base) * kvd + g * hd;
+        keys.push_back({score(b.win_k + at), b.win_v + at});
+      }
+      float mx = -INFINITY, sum = 0.0f;
+      for (const auto& [s, v] : keys) mx = std::max(mx, s);
+      float* o = &out[(i * c.num_q_heads + h) * hd];
+      for (const auto& [s, v] : keys) {
+        const float e = std::exp(s - mx);
+        sum += e;
+        for (size_t d = 0; d < hd; ++d) o[d] += e * v[d];
+      }
+      for (size_t d = 0; d < hd; ++d) o[d] *= 1.0f / sum;
+    }
+  }
+  return out;
+}
+
+struct AttentionCase {
+  uint32_t q_heads, kv_heads, head_dim, top_k, window;
+  uint32_t prefix_tokens;  // P: positions 0 .. P-1 staged
+  uint64_t first_pos;      // >= P; the local bank holds P .. first_pos + m - 1
+  size_t m;
+};
+
+// Queries and keys are multiples of 1/4 in [-1, 1], so every dot product
+// is exact whatever the summation order and equal scores are common: the
+// tie rule decides many selections.
+TEST(XLayerAttentionTest, EqualsTheSelectionRuleWrittenOut) {
+  const AttentionCase cases[] = {
+      {4, 2, 8, 8, 6, 40, 45, 30},      // several chunks, window, GQA 2
+      {6, 2, 8, 5, 0, 0, 0, 50},        // full prefill, no window, GQA 3
+      {8, 1, 16, 0, 4, 100, 100, 1},    // decode, every bank position, MQA
+      {2, 2, 6, 200, 300, 20, 37, 9},   // k and W above every position
+      {20, 1, 8, 7, 3, 33, 33, 5},      // a query's heads span chunks
+      {8, 2, 32, 64, 128, 3000, 3000, 64},  // threaded
+  };
+  std::mt19937 rng(17);
+  auto quarter = [&] { return static_cast<float>(int(rng() % 9) - 4) / 4.0f; };
+  auto uniform = [&] { return static_cast<float>(rng() % 2001) / 1000.0f - 1.0f; };
+  for (const AttentionCase& t : cases) {
+    ModelConfig c = XLayerTiny(t.q_heads, t.kv_heads);
+    c.head_dim = t.head_dim;
+    c.xlayer->top_k = t.top_k;
+    c.xlayer->window = t.window;
+    const size_t kvd = size_t{t.kv_heads} * t.head_dim;
+    const uint64_t end = t.first_pos + t.m;
+    const uint64_t win_base = t.window == 0 || t.first_pos + 1 <= t.window
+                                  ? 0 : t.first_pos + 1 - t.window;
+    std::vector<float> pk(t.prefix_tokens * kvd), pv(pk.size()),
+        lk((end - t.prefix_tokens) * kvd), lv(lk.size()),
+        wk((end - win_base) * kvd), wv(wk.size()),
+        q(t.m * t.q_heads * t.head_dim);
+    for (auto* v : {&pk, &lk, &wk, &q}) std::generate(v->begin(), v->end(), quarter);
+    for (auto* v : {&pv, &lv, &wv}) std::generate(v->begin(), v->end(), uniform);
+    const XLayerBankView b{pk.data(), pv.data(), t.prefix_tokens, lk.data(),
+                           lv.data(), wk.data(), wv.data(),
+                           static_cast<uint32_t>(win_base)};
+    std::vector<float> got(q.size());
+    XLayerAttention(c, b, q.data(), t.m, t.first_pos, got.data());
+    const std::vector<float> want = ReferenceAttention(c, b, q, t.m, t.first_pos);
+    EXPECT_LE(MaxAbsDiff(want, got), 1e-6f)
+        << "q " << t.q_heads << " kv " << t.kv_heads << " k " << t.top_k;
+    // A row's result does not depend on the other rows of the call.
+    const size_t row = size_t{t.q_heads} * t.head_dim;
+    const size_t i = t.m / 2;
+    std::vector<float> one(row);
+    XLayerAttention(c, b, &q[i * row], 1, t.first_pos + i, one.data());
+    EXPECT_TRUE(std::equal(one.begin(), one.end(), got.begin() + i * row))
+        << "q " << t.q_heads << " kv " << t.kv_heads << " k " << t.top_k;
+  }
+}
 
 // Guards against a vacuous pass: the window, the top-k selection and the
 // bank all change the logits, and the windows must be rebuilt.

@@ -30,8 +30,8 @@ from radixkv.errors import (  # noqa: E402
     AttachError, DeadlineExceeded, Error, FailedPrecondition, InvalidArgument,
     LeaseLost, NotFound, ResourceExhausted, Unavailable, from_rpc_error)
 from radixkv.keys import (  # noqa: E402
-    BLOCK_KEY_VERSION, BlockHasher, NamespaceSpec, chain_key, compute_block_keys,
-    namespace_root)
+    BLOCK_KEY_VERSION, BlockHasher, CrossLayerKv, NamespaceSpec, chain_key,
+    compute_block_keys, namespace_root)
 
 __version__ = "0.1.0"
 
@@ -47,7 +47,7 @@ _LAZY = {
 
 __all__ = [
     "AttachError", "BLOCK_KEY_VERSION", "BlockHasher", "Client", "ClientState",
-    "DeadlineExceeded", "Error", "FailedPrecondition", "InvalidArgument", "Lease",
+    "CrossLayerKv", "DeadlineExceeded", "Error", "FailedPrecondition", "InvalidArgument", "Lease",
     "LeaseLost", "NamespaceSpec", "NotFound", "Pool", "ResourceExhausted",
     "Unavailable", "attach", "chain_key", "compute_block_keys", "from_rpc_error",
     "namespace_root", "pb", "pb_grpc",
