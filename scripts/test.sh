@@ -14,8 +14,8 @@ ctest --preset default -j"$(nproc)"
 cmake --preset clang >/dev/null
 cmake --build --preset clang
 cmake --preset asan >/dev/null
-radix_tests="block_key_test radix_tree_test radix_lease_test radix_model_test scoped_lease_test radix_stress_test"
-daemon_tests="daemon_unit_test daemon_cache_test"
+radix_tests="block_key_test radix_tree_test radix_lease_test radix_model_test scoped_lease_test radix_stress_test radix_account_test"
+daemon_tests="daemon_unit_test daemon_cache_test daemon_disk_tier_test"
 # shellcheck disable=SC2086
 cmake --build --preset asan --target $radix_tests $daemon_tests
 for t in $radix_tests; do

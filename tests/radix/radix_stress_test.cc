@@ -29,18 +29,33 @@ class CountingListener : public EventListener {
   std::atomic<uint64_t> removed_{0};
 };
 
-TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
+// The parameter: the tree's accounts. With 3, the two namespaces belong to
+// accounts 1 (weight 2) and 2 (at most 64 pages), so evictions pick
+// between lists and one account recycles its own pages.
+class RadixStressTest : public testing::TestWithParam<uint32_t> {};
+
+TEST_P(RadixStressTest, ConcurrentOperationsKeepInvariants) {
   constexpr int kThreads = 8;
   constexpr int kOpsPerThread = 3000;
   constexpr uint32_t kPageSize = 4;
+  const uint32_t accounts = GetParam();
   CountingListener listener;
   std::unique_ptr<RadixTree> tree_owner =
-      RadixTree::Create({.capacity_pages = 256, .listener = &listener}).value();
+      RadixTree::Create({.capacity_pages = 256,
+                         .listener = &listener,
+                         .accounts = accounts})
+          .value();
   RadixTree& tree = *tree_owner;
+  if (accounts > 1) {
+    ASSERT_TRUE(tree.SetAccountLimits(1, {.weight = 2}).ok());
+    ASSERT_TRUE(tree.SetAccountLimits(2, {.max_pages = 64}).ok());
+  }
   NamespaceSpec spec{.model = "stress", .page_size = kPageSize};
-  const NamespaceId ns0 = tree.RegisterNamespace(spec).value();
+  const NamespaceId ns0 =
+      tree.RegisterNamespace(spec, accounts > 1 ? 1 : 0).value();
   spec.lora = "adapter";
-  const NamespaceId ns1 = tree.RegisterNamespace(spec).value();
+  const NamespaceId ns1 =
+      tree.RegisterNamespace(spec, accounts > 1 ? 2 : 0).value();
   const BlockKey roots[2] = {tree.namespace_root(ns0),
                              tree.namespace_root(ns1)};
 
@@ -81,7 +96,8 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
              .tokens = t,
              .allocate = rand(5) != 0,
              .end_leases =
-                 absl::MakeConstSpan(ends, ending < held.size() ? 1 : 0)});
+                 absl::MakeConstSpan(ends, ending < held.size() ? 1 : 0),
+             .report_evictions = rand(2) == 0});
         if (!a.ok()) {
           errors.fetch_add(1);
           continue;
@@ -175,6 +191,11 @@ TEST(RadixStressTest, ConcurrentOperationsKeepInvariants) {
   EXPECT_EQ(listener.stored_.load() - listener.removed_.load(),
             s.cached_pages);
 }
+
+INSTANTIATE_TEST_SUITE_P(Accounts, RadixStressTest, testing::Values(1u, 3u),
+                         [](const testing::TestParamInfo<uint32_t>& p) {
+                           return p.param == 1 ? "OneAccount" : "ThreeAccounts";
+                         });
 
 }  // namespace
 }  // namespace radixkv
