@@ -174,6 +174,7 @@ Lease::Lease(Lease&& other) noexcept { *this = std::move(other); }
 Lease& Lease::operator=(Lease&& other) noexcept {
   if (this == &other) return *this;
   ReleaseBestEffort();
+  writing_ = std::exchange(other.writing_, false);
   core_ = std::move(other.core_);
   pool_ = std::move(other.pool_);
   life_ = std::move(other.life_);
@@ -193,7 +194,14 @@ Lease& Lease::operator=(Lease&& other) noexcept {
 
 Lease::~Lease() { ReleaseBestEffort(); }
 
+void Lease::EndWrites() const {
+  if (!writing_) return;
+  writing_ = false;
+  life_->writers.fetch_sub(1);
+}
+
 void Lease::ReleaseBestEffort() {
+  EndWrites();
   if (lease_id_ == 0) return;
   const bool current = core_->IsCurrent(session_generation_);
   if (!current && !core_->Stopped()) {
@@ -214,6 +222,16 @@ void Lease::ReleaseBestEffort() {
 
 void* Lease::page_address(size_t i) const {
   if (pool_ == nullptr || i >= pages_.size() || !live()) return nullptr;
+  if (i >= matched_blocks_ && !writing_) {
+    // Count this lease as a writer, then look at the session's end again
+    // (SessionLife: the end's acknowledgement waits for writers).
+    life_->writers.fetch_add(1);
+    if (life_->ended.load()) {
+      life_->writers.fetch_sub(1);
+      return nullptr;
+    }
+    writing_ = true;
+  }
   return pool_->page_address(pages_[i]);
 }
 
@@ -256,6 +274,7 @@ absl::Status Lease::ConfirmRead() const {
 
 absl::StatusOr<v1::CommitResponse> Lease::Commit(uint32_t blocks,
                                                  bool release) {
+  EndWrites();  // the writes of the blocks to commit have finished
   if (lease_id_ == 0) {
     return absl::FailedPreconditionError(
         degraded_ ? "Lease::Commit: degraded lease holds no pages"
@@ -297,6 +316,7 @@ absl::StatusOr<v1::CommitResponse> Lease::Commit(uint32_t blocks,
 }
 
 absl::Status Lease::Release() {
+  EndWrites();
   if (lease_id_ == 0) return absl::OkStatus();
   const uint64_t id = std::exchange(lease_id_, 0);
   core_->UntrackLease(session_generation_, id);

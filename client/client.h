@@ -207,7 +207,11 @@ class Lease {
   // is mapped (attach_pool off, "none" pool, degraded), i is out of range,
   // or the lease is not live(): ended, its session lost, or expired. A
   // worker must not write a page after time_left() has run out, and must
-  // check ConfirmRead() after reading cached pages.
+  // check ConfirmRead() after reading cached pages. The address of a new
+  // page may be written until this lease's next Commit or Release (or its
+  // end), not after: until then, if the session is lost meanwhile, the
+  // client holds back its acknowledgement, so the daemon does not reuse the
+  // page while the write runs.
   void* page_address(size_t i) const;
 
   // Held, its session still open, and before its expiry less the safety
@@ -249,6 +253,8 @@ class Lease {
   friend class Client;
 
   void ReleaseBestEffort();
+  // Ends this lease's write hold (SessionLife::writers), if it has one.
+  void EndWrites() const;
 
   std::shared_ptr<client_internal::Core> core_;
   std::shared_ptr<gpu::MappedPool> pool_;
@@ -267,6 +273,9 @@ class Lease {
   uint32_t new_blocks_ = 0;
   uint32_t committed_blocks_ = 0;
   std::vector<uint64_t> pages_;
+  // page_address handed out a new page since the last Commit or Release:
+  // this lease is counted in life_->writers.
+  mutable bool writing_ = false;
 };
 
 struct AcquireOptions {

@@ -107,7 +107,7 @@ void Core::ReportSessionLost(uint64_t generation) {
   last_error_ = absl::NotFoundError("the daemon no longer knows the session");
   // Its leases refuse page access from now on; the session thread queues
   // the id for acknowledgement when it ends the stream.
-  if (life_ != nullptr) life_->ended.store(true, std::memory_order_release);
+  if (life_ != nullptr) life_->ended.store(true);
   if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
 }
 
@@ -120,8 +120,9 @@ ClientState Core::State() const {
   s.reconnects = reconnects_;
   s.pool = pool_info_;
   s.last_error = last_error_;
-  s.unacknowledged_sessions.assign(unacknowledged_.begin(),
-                                   unacknowledged_.end());
+  for (const Unacknowledged& u : unacknowledged_) {
+    s.unacknowledged_sessions.push_back(u.id);
+  }
   return s;
 }
 
@@ -251,8 +252,8 @@ v1::SessionRequest Core::OpenRequest() const {
   o->set_device(options_.device);
   o->set_client_name(options_.client_name.data(), options_.client_name.size());
   o->set_block_key_version(kBlockKeyVersion);
-  for (const std::string& id : unacknowledged_) {
-    o->add_acknowledge_sessions(id.data(), id.size());
+  for (const Unacknowledged& u : unacknowledged_) {
+    if (u.Ready()) o->add_acknowledge_sessions(u.id.data(), u.id.size());
   }
   return open;
 }
@@ -260,16 +261,25 @@ v1::SessionRequest Core::OpenRequest() const {
 void Core::EndPublishedLocked() {
   // First stop every writer (the leases check this flag), then promise the
   // daemon, through the next open, that none of them writes again.
-  if (life_ != nullptr) life_->ended.store(true, std::memory_order_release);
+  if (life_ != nullptr) life_->ended.store(true);
+  std::shared_ptr<const SessionLife> life = std::move(life_);
   life_.reset();
   if (stopping_ || session_id_.empty()) return;
-  if (std::find(unacknowledged_.begin(), unacknowledged_.end(), session_id_) !=
-      unacknowledged_.end()) {
-    return;
+  for (const Unacknowledged& u : unacknowledged_) {
+    if (u.id == session_id_) return;
   }
-  unacknowledged_.push_back(session_id_);
+  unacknowledged_.push_back(Unacknowledged{session_id_, std::move(life)});
   while (unacknowledged_.size() > kMaxAcknowledgeSessions) {
     unacknowledged_.pop_front();
+  }
+}
+
+void Core::AddHeartbeatAcknowledgements(uint64_t nonce, v1::Heartbeat* hb) {
+  absl::MutexLock lock(&mu_);
+  for (Unacknowledged& u : unacknowledged_) {
+    if (u.sent_nonce != 0 || !u.Ready()) continue;
+    hb->add_acknowledge_sessions(u.id.data(), u.id.size());
+    u.sent_nonce = nonce;
   }
 }
 
@@ -279,6 +289,13 @@ void Core::ReadLoop(Stream* stream, const v1::SessionRequest& open) {
   while (ok && stream->Read(&response)) {
     absl::MutexLock lock(&mu_);
     last_ack_ = absl::Now();
+    if (response.has_heartbeat()) {
+      // The daemon has taken every acknowledgement this heartbeat carried.
+      acked_nonce_ = std::max(acked_nonce_, response.heartbeat().nonce());
+      std::erase_if(unacknowledged_, [this](const Unacknowledged& u) {
+        return u.sent_nonce != 0 && u.sent_nonce <= acked_nonce_;
+      });
+    }
     if (response.has_session() && !stream_opened_) {
       stream_info_ = response.session();
       stream_opened_ = true;
@@ -356,10 +373,11 @@ absl::Status Core::RunSession() {
   {
     // The daemon has taken the acknowledgements with the open.
     absl::MutexLock lock(&mu_);
-    const size_t sent = open.open().acknowledge_sessions_size();
-    unacknowledged_.erase(unacknowledged_.begin(),
-                          unacknowledged_.begin() +
-                              std::min(sent, unacknowledged_.size()));
+    const auto& sent = open.open().acknowledge_sessions();
+    std::erase_if(unacknowledged_, [&sent](const Unacknowledged& u) {
+      return std::find(sent.begin(), sent.end(), u.id) != sent.end();
+    });
+    acked_nonce_ = 0;
   }
 
   std::shared_ptr<gpu::MappedPool> pool;
@@ -418,7 +436,7 @@ absl::Status Core::RunSession() {
       if (stopping_) {
         stop_reason = absl::CancelledError("client closing");
         // No lease of this session writes from now on; all of them end.
-        if (life_ != nullptr) life_->ended.store(true, std::memory_order_release);
+        if (life_ != nullptr) life_->ended.store(true);
         releases = TakeDueReleases(absl::InfiniteFuture());
         releases.insert(releases.end(), live_leases_.begin(),
                         live_leases_.end());
@@ -444,6 +462,7 @@ absl::Status Core::RunSession() {
     next_heartbeat = absl::Now() + options_.heartbeat_interval;
     v1::SessionRequest hb;
     hb.mutable_heartbeat()->set_nonce(++nonce);
+    AddHeartbeatAcknowledgements(nonce, hb.mutable_heartbeat());
     if (!stream->Write(hb)) break;
   }
   return finish(absl::UnavailableError("session stream ended"));

@@ -19,7 +19,10 @@
 //            refuse page access), queue its id for acknowledgement, cancel
 //            the stream, wait with exponential backoff + jitter, connect
 //            again; the next `open` lists the queued ids in
-//            acknowledge_sessions and a SessionInfo reply clears them
+//            acknowledge_sessions and a SessionInfo reply clears them. An
+//            id whose leases still have writes running (SessionLife) waits,
+//            and goes out with a later heartbeat once they have finished;
+//            the heartbeat's ack clears it
 //
 // Connecting: the Session call waits for the channel (wait_for_ready) up to
 // connect_timeout, and the channel's connection backoff is reset before each
@@ -60,8 +63,19 @@ namespace radixkv::client_internal {
 // stream ended, the daemon no longer knows it, or the client closed). Set
 // once, before the session's id is queued for acknowledgement; Leases read
 // it on every page access.
+//
+// Writes against acknowledgement. A Lease that hands out the address of a
+// new page (to be written) counts itself in `writers` until its next Commit
+// or Release (or its end), and checks `ended` after counting itself; the
+// session's end sets `ended` and the session's id is acknowledged to the
+// daemon only while `writers` is 0 after that. Both sides use sequentially
+// consistent operations, so either the writer sees the end and writes
+// nothing, or the end sees the writer and waits: no write of an
+// acknowledged session can still be running when the daemon reuses its
+// fenced pages.
 struct SessionLife {
   std::atomic<bool> ended{false};
+  mutable std::atomic<int> writers{0};
 };
 
 // A consistent view of the current session, taken under the lock.
@@ -136,6 +150,10 @@ class Core {
   // id for acknowledgement (the oldest dropped beyond
   // kMaxAcknowledgeSessions).
   void EndPublishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts the ended sessions that are ready (no write running) and not yet
+  // sent on this stream into heartbeat `nonce`; its ack clears them.
+  void AddHeartbeatAcknowledgements(uint64_t nonce, v1::Heartbeat* hb)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void ReadLoop(Stream* stream, const v1::SessionRequest& open);
   absl::Duration NextBackoff(absl::Duration base);
 
@@ -183,7 +201,19 @@ class Core {
   // The open session's end flag; null while none is published.
   std::shared_ptr<SessionLife> life_ ABSL_GUARDED_BY(mu_);
   // Ended sessions not yet acknowledged by an OpenSession, oldest first.
-  std::deque<std::string> unacknowledged_ ABSL_GUARDED_BY(mu_);
+  // One ended session to acknowledge: its id, its life (writers still
+  // running hold the acknowledgement back) and the heartbeat nonce that
+  // carried it last (0: none yet).
+  struct Unacknowledged {
+    std::string id;
+    std::shared_ptr<const SessionLife> life;
+    uint64_t sent_nonce = 0;
+    bool Ready() const { return life == nullptr || life->writers.load() == 0; }
+  };
+  std::deque<Unacknowledged> unacknowledged_ ABSL_GUARDED_BY(mu_);
+  // The highest heartbeat nonce the daemon has acknowledged on the current
+  // stream.
+  uint64_t acked_nonce_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   // The live stream's context (owned by RunSession), for cancellation.
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;

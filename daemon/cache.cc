@@ -90,18 +90,27 @@ uint64_t Cache::MaxSessionPages() const {
 // Most ids OpenSession.acknowledge_sessions may list.
 constexpr int kMaxAcknowledged = 64;
 
-absl::Status Cache::CheckAcknowledged(const v1::OpenSession& open) const {
-  if (open.acknowledge_sessions_size() > kMaxAcknowledged) {
-    return FieldError(absl::StatusCode::kInvalidArgument,
-                      "open.acknowledge_sessions", v1::ERROR_REASON_INVALID,
-                      absl::StrCat(open.acknowledge_sessions_size(),
-                                   " ids; at most ", kMaxAcknowledged));
+absl::Status Cache::CheckAcknowledged(
+    absl::string_view field,
+    const google::protobuf::RepeatedPtrField<std::string>& ids) const {
+  if (ids.size() > kMaxAcknowledged) {
+    return FieldError(absl::StatusCode::kInvalidArgument, field,
+                      v1::ERROR_REASON_INVALID,
+                      absl::StrCat(ids.size(), " ids; at most ",
+                                   kMaxAcknowledged));
   }
-  for (int i = 0; i < open.acknowledge_sessions_size(); ++i) {
-    RETURN_IF_ERROR(CheckString(
-        absl::StrCat("open.acknowledge_sessions[", i, "]"),
-        open.acknowledge_sessions(i), options_.max_string_bytes));
+  for (int i = 0; i < ids.size(); ++i) {
+    RETURN_IF_ERROR(CheckString(absl::StrCat(field, "[", i, "]"), ids.Get(i),
+                                options_.max_string_bytes));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Cache::AcknowledgeSessions(
+    const google::protobuf::RepeatedPtrField<std::string>& ids,
+    const Caller& caller) {
+  RETURN_IF_ERROR(CheckAcknowledged("heartbeat.acknowledge_sessions", ids));
+  for (const std::string& id : ids) fences_.Acknowledge(id, caller.peer);
   return absl::OkStatus();
 }
 
@@ -147,7 +156,8 @@ absl::Status Cache::OpenSession(const v1::OpenSession& open,
   ASSIGN_OR_RETURN(NamespaceSpec spec,
                    ValidateNamespace(open.namespace_(), options_));
   spec.cache_salt = AccessPolicy::EffectiveSalt(*caller.tenant, spec.cache_salt);
-  RETURN_IF_ERROR(CheckAcknowledged(open));
+  RETURN_IF_ERROR(
+      CheckAcknowledged("open.acknowledge_sessions", open.acknowledge_sessions()));
   if (sessions_.size() >= options_.sessions.max_sessions) {
     return FieldError(absl::StatusCode::kResourceExhausted, "sessions",
                       v1::ERROR_REASON_LIMIT,

@@ -143,6 +143,12 @@ class Cache {
   const CacheOptions& options() const { return options_; }
 
   // --- KvCache (cache.cc) ---
+  // Heartbeat.acknowledge_sessions: the caller promises that no lease of
+  // these ended sessions of its is written again; their fenced pages return
+  // (FenceTracker). INVALID_ARGUMENT for too many or too long ids.
+  absl::Status AcknowledgeSessions(
+      const google::protobuf::RepeatedPtrField<std::string>& ids,
+      const Caller& caller);
   // Validates `open`, binds its namespace (the caller's tenant's effective
   // salt; creating the pool on first use), acknowledges the sessions it
   // lists and creates a session bound to `caller`; fills *info.
@@ -225,7 +231,9 @@ class Cache {
   // The most pages one session's leases may hold.
   uint64_t MaxSessionPages() const;
   // Checks OpenSession.acknowledge_sessions (count and sizes).
-  absl::Status CheckAcknowledged(const v1::OpenSession& open) const;
+  absl::Status CheckAcknowledged(
+      absl::string_view field,
+      const google::protobuf::RepeatedPtrField<std::string>& ids) const;
   // With a tier (cache_tier.cc): copies the blocks an Acquire evicted out
   // of their pages into the tier, then fills the lease's first new pages
   // from the tier's blocks that continue the match and commits them, so

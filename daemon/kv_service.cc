@@ -105,13 +105,24 @@ class KvService::SessionReactor final
         return s;
       }
       case v1::SessionRequest::kHeartbeat: {
-        absl::MutexLock lock(&mu_);
-        if (session_id_.empty()) {
-          return FieldError(absl::StatusCode::kInvalidArgument, "open",
-                            v1::ERROR_REASON_INVALID,
-                            "the first Session message must be `open`, got "
-                            "heartbeat");
+        {
+          absl::MutexLock lock(&mu_);
+          if (session_id_.empty()) {
+            return FieldError(absl::StatusCode::kInvalidArgument, "open",
+                              v1::ERROR_REASON_INVALID,
+                              "the first Session message must be `open`, "
+                              "got heartbeat");
+          }
         }
+        if (req.heartbeat().acknowledge_sessions_size() > 0) {
+          // Rare: a lost session whose writes outlived this stream's open.
+          absl::StatusOr<Caller> caller =
+              AdmitCaller(ctx_, service_->env_, Method::kSession);
+          if (!caller.ok()) return caller.status();
+          RETURN_IF_ERROR(service_->env_.cache->AcknowledgeSessions(
+              req.heartbeat().acknowledge_sessions(), *caller));
+        }
+        absl::MutexLock lock(&mu_);
         if (pending_.size() >= kMaxPendingReplies) {
           return FieldError(absl::StatusCode::kResourceExhausted, "heartbeat",
                             v1::ERROR_REASON_LIMIT,

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -336,6 +337,61 @@ TEST_F(ClientFaultTest, DaemonKilledDuringCommitIsAHandledError) {
   ASSERT_TRUE(daemon_->Start().ok());
   ASSERT_TRUE(WaitForNewSession(*client, generation, absl::Seconds(60)));
   ExpectHitsResume(client.get(), prompt, 4);
+}
+
+// The daemon's quarantined (fenced) pages, from Admin.GetStats.
+uint64_t QuarantinedPages(const std::string& socket) {
+  auto stub = v1::Admin::NewStub(grpc::CreateChannel(
+      "unix:" + socket, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::GetStatsResponse resp;
+  if (!stub->GetStats(&ctx, v1::GetStatsRequest(), &resp).ok()) return ~0ull;
+  return resp.stats().quarantined_pages();
+}
+
+// A session lost while a page of one of its leases is being written: the
+// client may acknowledge it (and the daemon reuse the fenced pages) only
+// once that write has ended, with the lease's Commit or Release; until
+// then the pages stay quarantined, and the acknowledgement then rides on a
+// heartbeat of the new session.
+TEST_F(ClientFaultTest, LostSessionIsAcknowledgedOnlyAfterItsWritesEnd) {
+  ClientOptions o = Options();
+  o.attach_pool = true;
+  o.heartbeat_interval = absl::Milliseconds(100);
+  auto client = Connect(o);
+  ASSERT_NE(client, nullptr);
+  const uint64_t page_bytes = client->state().pool.page_bytes();
+  const std::vector<uint32_t> prompt = Prompt(8, 21);
+  absl::StatusOr<Lease> lease = client->Acquire(prompt);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_EQ(lease->new_blocks(), 2u);
+  void* page = lease->page_address(0);  // a write runs from here on
+  ASSERT_NE(page, nullptr);
+  const std::string lost = client->state().session_id;
+  daemon_->Stop();  // heartbeats go unanswered: the client ends the session
+  absl::SleepFor(absl::Milliseconds(800));
+  daemon_->Continue();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline && (client->state().session_id == lost ||
+                                    !client->connected())) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_NE(client->state().session_id, lost);
+  absl::SleepFor(absl::Milliseconds(500));  // several heartbeats
+  EXPECT_EQ(client->state().unacknowledged_sessions,
+            std::vector<std::string>{lost});
+  EXPECT_EQ(QuarantinedPages(daemon_->socket()), 2u);
+  std::memset(page, 0x5a, page_bytes);  // the write ends...
+  EXPECT_EQ(lease->Commit(2, true).status().code(),
+            absl::StatusCode::kUnavailable);  // ...and the lease with it
+  while (absl::Now() < deadline &&
+         (!client->state().unacknowledged_sessions.empty() ||
+          QuarantinedPages(daemon_->socket()) != 0)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(client->state().unacknowledged_sessions.empty());
+  EXPECT_EQ(QuarantinedPages(daemon_->socket()), 0u);
 }
 
 class ClientExpiryTest : public ClientFaultTest {

@@ -87,11 +87,41 @@ class Options:
 class SessionLife:
     """Shared by a session and its Leases: `ended` turns True once (stream
     ended, the daemon no longer knows the session, or the client closed),
-    before the session's id is queued for acknowledgement."""
-    __slots__ = ("ended",)
+    before the session's id is queued for acknowledgement.
+
+    `writers` counts the leases with a view of a new page handed out since
+    their last commit or release (or end): both change under `lock`, so a
+    lease either sees the end and gets no view, or counts itself first; the
+    session's id is acknowledged to the daemon only while `writers` is 0
+    after the end, so no write of an acknowledged session is still running
+    when the daemon reuses its fenced pages."""
+    __slots__ = ("ended", "writers", "lock")
 
     def __init__(self):
         self.ended = False
+        self.writers = 0
+        self.lock = threading.Lock()
+
+    def end(self) -> None:
+        with self.lock:
+            self.ended = True
+
+    def begin_write(self) -> bool:
+        """Counts one more writer; False (nothing counted) once ended."""
+        with self.lock:
+            if self.ended:
+                return False
+            self.writers += 1
+            return True
+
+    def end_write(self) -> None:
+        with self.lock:
+            self.writers -= 1
+
+    def quiet(self) -> bool:
+        """No write running (after the end: it may be acknowledged)."""
+        with self.lock:
+            return self.writers == 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,7 +268,8 @@ class Core:
         with self._lock:
             return ClientState(self._connected, self._session_id, self._generation,
                                self._reconnects, self._pool_info, self._last_error,
-                               self._namespace_id, tuple(self._unacknowledged))
+                               self._namespace_id,
+                               tuple(u[0] for u in self._unacknowledged))
 
     def wait_for_session(self, timeout: float) -> bool:
         with self._lock:
@@ -269,7 +300,7 @@ class Core:
             # Its leases refuse page access from now on; the session thread
             # queues the id for acknowledgement when it ends the stream.
             if self._life is not None:
-                self._life.ended = True
+                self._life.end()
             call = self._call
         if call is not None:
             call.cancel()
@@ -385,6 +416,13 @@ class Core:
             for response in call:
                 with self._lock:
                     self._last_ack = time.monotonic()
+                    if response.HasField("heartbeat"):
+                        # The daemon took what that heartbeat acknowledged.
+                        nonce = response.heartbeat.nonce
+                        kept = [u for u in self._unacknowledged
+                                if not 0 < u[2] <= nonce]
+                        self._unacknowledged.clear()
+                        self._unacknowledged.extend(kept)
                     if response.HasField("session") and not self._stream_opened:
                         self._stream_info = response.session
                         self._stream_opened = True
@@ -403,19 +441,22 @@ class Core:
         return pb.SessionRequest(open=pb.OpenSession(
             namespace=self.namespace_pb, device=o.device,
             client_name=o.client_name, block_key_version=BLOCK_KEY_VERSION,
-            acknowledge_sessions=list(self._unacknowledged)))
+            acknowledge_sessions=[u[0] for u in self._unacknowledged
+                                  if u[1] is None or u[1].quiet()]))
 
     def _end_published(self) -> None:
         """Ends the published session (lock held): first stops its leases'
         page access, then, unless the client is closing, queues its id for
         the next open to acknowledge (the oldest dropped beyond
         MAX_ACKNOWLEDGE_SESSIONS)."""
-        if self._life is not None:
-            self._life.ended = True
+        life = self._life
+        if life is not None:
+            life.end()
         self._life = None
         if (not self._stopping and self._session_id and
-                self._session_id not in self._unacknowledged):
-            self._unacknowledged.append(self._session_id)
+                all(u[0] != self._session_id for u in self._unacknowledged)):
+            # [id, life, nonce of the heartbeat that carried it (0: none)]
+            self._unacknowledged.append([self._session_id, life, 0])
 
     def _run_session(self) -> Error:
         """One stream's life: connect, serve, end. Returns why it ended."""
@@ -466,9 +507,10 @@ class Core:
             return finish(error)
         with self._lock:
             # The daemon has taken the acknowledgements with the open.
-            for _ in range(min(len(open_request.open.acknowledge_sessions),
-                               len(self._unacknowledged))):
-                self._unacknowledged.popleft()
+            sent = set(open_request.open.acknowledge_sessions)
+            kept = [u for u in self._unacknowledged if u[0] not in sent]
+            self._unacknowledged.clear()
+            self._unacknowledged.extend(kept)
         pool = None
         if (self.options.attach_pool and info.pool.backend != "none" and
                 info.pool.attach_socket):
@@ -545,7 +587,7 @@ class Core:
                 if stopping and not ended:
                     # No lease of this session writes from now on; all end.
                     if self._life is not None:
-                        self._life.ended = True
+                        self._life.end()
                     releases = self._take_due_releases(_INFINITY)
                     releases.extend(self._live_leases)
                     self._live_leases.clear()
@@ -569,4 +611,13 @@ class Core:
             if heartbeat_due:
                 next_heartbeat = time.monotonic() + interval
                 nonce += 1
-                outbox.put(pb.SessionRequest(heartbeat=pb.Heartbeat(nonce=nonce)))
+                with self._lock:
+                    # Lost sessions whose writes ended after this stream's
+                    # open go out with a heartbeat; its ack clears them.
+                    acks = []
+                    for u in self._unacknowledged:
+                        if u[2] == 0 and (u[1] is None or u[1].quiet()):
+                            u[2] = nonce
+                            acks.append(u[0])
+                outbox.put(pb.SessionRequest(heartbeat=pb.Heartbeat(
+                    nonce=nonce, acknowledge_sessions=acks)))

@@ -183,7 +183,8 @@ class Lease:
     __slots__ = ("_core", "_pool", "_spec", "_session_id", "_generation",
                  "lease_id", "degraded", "total_blocks", "matched_blocks",
                  "matched_tokens", "new_blocks", "committed_blocks", "pages",
-                 "expires_unix_ms", "_ended", "_life", "_usable_until")
+                 "expires_unix_ms", "_ended", "_life", "_usable_until",
+                 "_writing")
 
     def __init__(self, core: Core, spec: NamespaceSpec, total_blocks: int,
                  degraded: bool):
@@ -204,6 +205,9 @@ class Lease:
         self.expires_unix_ms = 0
         self._life = None
         self._usable_until = _INFINITY   # time.monotonic() deadline
+        # A view of a new page was handed out since the last commit or
+        # release: this lease is counted in _life.writers (SessionLife).
+        self._writing = False
 
     @property
     def held(self) -> bool:
@@ -258,7 +262,13 @@ class Lease:
                                  "no pages allocated)", field="lease_id",
                                  reason=errors.REASON_INVALID)
 
+    def _end_writes(self) -> None:
+        if self._writing:
+            self._writing = False
+            self._life.end_write()
+
     def _end(self) -> int:
+        self._end_writes()
         lease_id, self.lease_id = self.lease_id, 0
         self._ended = self._ended or lease_id != 0
         if lease_id != 0:
@@ -279,6 +289,7 @@ class Lease:
         ends the lease here too (no page views, nothing sent for it again).
         A lease past its expiry still sends its commit: the daemon caches
         nothing for it, and the call tells it the pages stay unwritten."""
+        self._end_writes()  # the writes of the blocks to commit have finished
         self._require_held("commit")
         if blocks is None:
             blocks = self.uncommitted_blocks
@@ -369,11 +380,22 @@ class Lease:
                 field="pool", reason=errors.REASON_INVALID)
         if not 0 <= i < len(self.pages):
             raise IndexError(f"page index {i} is outside 0 .. {len(self.pages) - 1}")
+        if i >= self.matched_blocks and not self._writing:
+            # A new page's view may be written until the next commit or
+            # release: count this lease as a writer of its session.
+            if not self._life.begin_write():
+                raise _lease_lost("page view: the session of this lease ended; "
+                                  "treat the prompt as a miss")
+            self._writing = True
         return self.pages[i]
 
     def page(self, i: int):
         """pages[i] in the mapped pool, without a copy: a memoryview of its
-        bytes for a host pool, a radixkv.pool.CudaArray for a cuda pool."""
+        bytes for a host pool, a radixkv.pool.CudaArray for a cuda pool. A
+        view of a new page may be written until this lease's next commit or
+        release (or its end), not after: until then a lost session is not
+        acknowledged, so the daemon does not reuse the page while the write
+        runs."""
         page = self._page(i)
         return self._pool.page(page)
 
