@@ -292,8 +292,9 @@ void Core::ReadLoop(Stream* stream, const v1::SessionRequest& open) {
     if (response.has_heartbeat()) {
       // The daemon has taken every acknowledgement this heartbeat carried.
       acked_nonce_ = std::max(acked_nonce_, response.heartbeat().nonce());
-      std::erase_if(unacknowledged_, [this](const Unacknowledged& u) {
-        return u.sent_nonce != 0 && u.sent_nonce <= acked_nonce_;
+      const uint64_t acked = acked_nonce_;
+      std::erase_if(unacknowledged_, [acked](const Unacknowledged& u) {
+        return u.sent_nonce != 0 && u.sent_nonce <= acked;
       });
     }
     if (response.has_session() && !stream_opened_) {
