@@ -179,6 +179,30 @@ def test_killed_during_page_write_stops_the_writer(daemon):
         expect_hits_resume(c, tokens, 2)
 
 
+def test_lost_session_is_acknowledged_only_after_its_writes_end(daemon):
+    """A session lost while a view of a new page is being written: the
+    client may acknowledge it (and the daemon reuse the fenced pages) only
+    once the lease's commit or release has ended that write; then a
+    heartbeat of the new session carries the acknowledgement."""
+    with client(daemon, attach_pool=True, heartbeat_interval=0.1) as c:
+        lost, generation = c.state().session_id, c.state().generation
+        lease = c.acquire(prompt(9, 2))
+        assert lease.new_blocks == 2
+        view = lease.page_array(0)  # a write runs from here on
+        daemon.pause()  # heartbeats go unanswered: the client ends the session
+        time.sleep(0.8)
+        daemon.resume()
+        assert new_session(c, generation), c.state()
+        time.sleep(0.5)  # several heartbeats
+        assert c.state().unacknowledged_sessions == (lost,)
+        assert daemon.stats().quarantined_pages == 2
+        view[...] = 3  # the write ends...
+        with pytest.raises(radixkv.LeaseLost):
+            lease.commit()  # ...and the lease with it
+        assert wait_until(lambda: c.state().unacknowledged_sessions == () and
+                          daemon.stats().quarantined_pages == 0), c.state()
+
+
 def test_killed_during_commit(daemon):
     with client(daemon) as c, concurrent.futures.ThreadPoolExecutor(1) as pool:
         tokens = prompt(6, 4)
