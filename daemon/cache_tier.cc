@@ -56,9 +56,17 @@ void Cache::MoveBetweenTiers(const SessionRef& session, AcquireResult* r) {
   // promotion below may overwrite them. Each move is reported as a tier
   // event (KV events: medium DISK; WatchEvents reports the pool only).
   std::vector<TreeEvent> moves;
+  std::vector<TierBlock> forgotten;
   for (const EvictedBlock& e : r->evicted) {
+    forgotten.clear();
     if (tier.Put({.key = e.key, .parent_key = e.parent_key, .root = e.root},
-                 pool->host_page_address(e.page))) {
+                 pool->host_page_address(e.page), &forgotten)) {
+      for (const TierBlock& f : forgotten) {
+        // The tier made room: that block is gone. A removal names the
+        // block by key and root; its namespace id is not needed.
+        moves.push_back(TierEvent(TreeEvent::Type::kRemoved, 0, f.root, f.key,
+                                  f.parent_key, 0));
+      }
       moves.push_back(TierEvent(TreeEvent::Type::kStored, e.ns, e.root, e.key,
                                 e.parent_key, session.binding.page_size));
     }
@@ -135,6 +143,7 @@ void Cache::FillTierStats(v1::Stats* s) const {
   out->set_bytes_written(d.bytes_written);
   out->set_bytes_read(d.bytes_read);
   out->set_reloaded_blocks(d.reloaded);
+  out->set_forgotten_blocks(d.evictions);
   promotion_latency_.Fill(out);
   // A promoted block is a hit for the worker that asked.
   s->set_hit_tokens(s->hit_tokens() +

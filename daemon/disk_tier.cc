@@ -238,8 +238,9 @@ void DiskTier::Unindex(uint32_t slot) {
 
 // A free slot, else the least recently stored one (its block is evicted);
 // kNoSlot when every slot is pending or being read.
-uint32_t DiskTier::AllocateSlot() {
+uint32_t DiskTier::AllocateSlot(TierBlock* forgotten) {
   if (free_head_ == kNoSlot && lru_head_ != kNoSlot) {
+    if (forgotten != nullptr) *forgotten = slots_[lru_head_].block;
     Unindex(lru_head_);
     ++stats_.evictions;
   }
@@ -252,7 +253,8 @@ uint32_t DiskTier::AllocateSlot() {
 
 // ---- Put -------------------------------------------------------------------
 
-bool DiskTier::Put(const TierBlock& block, const void* page) {
+bool DiskTier::Put(const TierBlock& block, const void* page,
+                   std::vector<TierBlock>* forgotten) {
   const uint64_t stride = layout_.stride;
   {
     absl::MutexLock l(&mu_);
@@ -281,7 +283,12 @@ bool DiskTier::Put(const TierBlock& block, const void* page) {
     absl::MutexLock l(&mu_);
     auto it = index_.find(block.key);
     if (it != index_.end()) Unindex(it->second);
-    uint32_t slot = AllocateSlot();
+    const uint64_t evictions = stats_.evictions;
+    TierBlock lost;
+    uint32_t slot = AllocateSlot(&lost);
+    if (forgotten != nullptr && stats_.evictions != evictions) {
+      forgotten->push_back(lost);
+    }
     if (slot == kNoSlot) {
       pending_bytes_ -= stride;
       ++stats_.dropped_full;

@@ -117,7 +117,10 @@ class DiskTier {
   // dropped block is simply not in the tier. A key already present is
   // replaced. When every slot is used, the least recently put block's slot
   // is reused (LRU).
-  bool Put(const TierBlock& block, const void* page);
+  // The block whose slot was reused for this one, if any, is appended to
+  // *forgotten (when not null).
+  bool Put(const TierBlock& block, const void* page,
+           std::vector<TierBlock>* forgotten = nullptr);
 
   // How many of keys[0..] are present, consecutively from the first
   // (pending writes count as present).
@@ -189,7 +192,9 @@ class DiskTier {
   void StartThreads(int n);
 
   // Index and LRU; all REQUIRE mu_.
-  uint32_t AllocateSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A free slot, after forgetting the least recently used block (described
+  // in *forgotten) when none is free; kNoSlot when none can be reused.
+  uint32_t AllocateSlot(TierBlock* forgotten) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeSlot(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Put's wait conditions (wait_for_staging): staging can take one more
   // slot; every queued write has finished.

@@ -135,6 +135,7 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
         t.kind(), ": ", PagesWithBytes(t.blocks(), pb), " of ",
         HumanCount(t.capacity_blocks()), ", ", HumanCount(t.demoted_blocks()),
         " demoted, ", HumanCount(t.promoted_blocks()), " promoted, ",
+        HumanCount(t.forgotten_blocks()), " forgotten, ",
         HumanCount(t.dropped_full() + t.dropped_error()), " dropped, ",
         HumanCount(t.checksum_failures()), " checksum failures"));
   }

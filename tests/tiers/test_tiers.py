@@ -147,11 +147,20 @@ def test_sigkill_during_demotion_serves_no_wrong_bytes(prompts, tier_dir,
         d.stop()
 
 
-def test_tier_moves_are_kv_events_with_their_medium(prompts, tier_dir, tmp_path):
+# A tier of exactly 10 slots: a 4 KiB superblock, one 4 KiB page of slot
+# headers, 10 data slots.
+SMALL_TIER_BYTES = 4096 + 4096 + 10 * PAGE_BYTES
+
+
+@pytest.mark.parametrize("tier_bytes", ["4MiB", str(SMALL_TIER_BYTES)])
+def test_tier_moves_are_kv_events_with_their_medium(prompts, tier_dir, tmp_path,
+                                                    tier_bytes):
     zmq = pytest.importorskip("zmq")
     msgpack = pytest.importorskip("msgpack")
     endpoint = f"ipc://{tmp_path}/events.ipc"
-    d = start(tier_dir, f"--kv_events_endpoint={endpoint}")
+    d = Daemon(binary("RADIXKVD"), [f"--tier=disk,path={tier_dir},bytes={tier_bytes}",
+                                    f"--kv_events_endpoint={endpoint}"], POOL)
+    d.start()
     sub = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.connect(endpoint)
@@ -173,10 +182,13 @@ def test_tier_moves_are_kv_events_with_their_medium(prompts, tier_dir, tmp_path)
         sub.close()
         d.stop()
     # Every block that went down to the tier was published as stored on
-    # DISK (and removed from the pool's CPU medium); every promoted one as
-    # removed from DISK and stored again on CPU.
+    # DISK (and removed from the pool's CPU medium); every promoted one, and
+    # every one the tier forgot to make room, as removed from DISK.
     assert counts.get(("BlockStored", "DISK"), 0) == s.demoted_blocks, (counts, s)
-    assert counts.get(("BlockRemoved", "DISK"), 0) == s.promoted_blocks, (counts, s)
+    assert counts.get(("BlockRemoved", "DISK"), 0) == \
+        s.promoted_blocks + s.forgotten_blocks, (counts, s)
+    if tier_bytes != "4MiB":
+        assert s.capacity_blocks == 10 and s.forgotten_blocks > 0, s
     assert counts.get(("BlockRemoved", "CPU"), 0) >= s.demoted_blocks, counts
 
 
