@@ -428,7 +428,6 @@ AccountStats RadixTree::GetAccountStats(uint32_t account) const {
                       a.namespaces, a.evicted, a.limited};
 }
 
-uint32_t RadixTree::accounts() const { return impl_->num_accounts; }
 
 BlockKey RadixTree::namespace_root(NamespaceId ns) const {
   ReaderMutexLock lock(&impl_->mu);

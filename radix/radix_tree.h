@@ -405,7 +405,6 @@ class RadixTree {
   absl::Status SetAccountLimits(uint32_t account, const AccountLimits& limits);
   // REQUIRES: account < RadixTreeOptions::accounts.
   AccountStats GetAccountStats(uint32_t account) const;
-  uint32_t accounts() const;
   // The namespace's root key. REQUIRES: ns was returned by RegisterNamespace.
   BlockKey namespace_root(NamespaceId ns) const;
   uint32_t page_size(NamespaceId ns) const;

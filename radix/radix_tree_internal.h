@@ -534,6 +534,10 @@ struct RadixTree::Impl {
   // Checks AcquireRequest::end_leases and max_owner_leases; changes nothing.
   absl::Status CheckEndLeases(const AcquireRequest& req, absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // The pages the leases of req.ns's account hold, those in req.end_leases
+  // counted as ended. REQUIRES: req.end_leases checked (CheckEndLeases).
+  uint64_t AccountHeldAfterEnds(const AcquireRequest& req) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
   // Checks the pages the account of req.ns holds against its
   // max_pinned_pages (end_leases counted as ended); RESOURCE_EXHAUSTED,
   // counted as a limited Acquire, when no page fits.

@@ -133,15 +133,21 @@ absl::Status RadixTree::Impl::CheckEndLeases(const AcquireRequest& req,
   return absl::OkStatus();
 }
 
-absl::Status RadixTree::Impl::CheckAccountPins(const AcquireRequest& req) {
+uint64_t RadixTree::Impl::AccountHeldAfterEnds(
+    const AcquireRequest& req) const {
   const uint32_t account_id = namespaces[req.ns].account;
-  radix_internal::Account& account = accounts[account_id];
+  uint64_t held = accounts[account_id].held;
+  for (LeaseId id : req.end_leases) {
+    const Lease& l = leases.find(id)->second;
+    if (namespaces[l.ns].account == account_id) held -= l.held;
+  }
+  return held;
+}
+
+absl::Status RadixTree::Impl::CheckAccountPins(const AcquireRequest& req) {
+  radix_internal::Account& account = AccountOf(req.ns);
   if (account.limits.max_pinned_pages != 0) {
-    uint64_t held = account.held;
-    for (LeaseId id : req.end_leases) {
-      const Lease& l = leases.find(id)->second;
-      if (namespaces[l.ns].account == account_id) held -= l.held;
-    }
+    const uint64_t held = AccountHeldAfterEnds(req);
     if (held >= account.limits.max_pinned_pages) {
       ++account.limited;
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -212,14 +218,8 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
   }
   radix_internal::Account& account = AccountOf(req.ns);
   if (account.limits.max_pinned_pages != 0) {
-    uint64_t held = account.held;
-    for (LeaseId id : req.end_leases) {
-      const Lease& l = leases.find(id)->second;
-      if (namespaces[l.ns].account == namespaces[req.ns].account) {
-        held -= l.held;
-      }
-    }
-    const uint64_t room = account.limits.max_pinned_pages - held;
+    const uint64_t room =
+        account.limits.max_pinned_pages - AccountHeldAfterEnds(req);
     if (room < budget) {
       budget = room;
       if (r.pages.size() > budget || (req.allocate && budget < r.total_blocks)) {

@@ -32,7 +32,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from leaf_lru_sim import DEFAULT_TRACE, LeafLruCache  # noqa: E402
+from leaf_lru_sim import DEFAULT_TRACE, LeafLruCache, read_trace  # noqa: E402
 
 
 def match_len(cache, hash_ids):
@@ -110,13 +110,10 @@ def simulate(requests, capacity, daemons, policy):
 
 def load_trace(path, limit=0):
     out = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                out.append(json.loads(line)["hash_ids"])
-                if limit and len(out) >= limit:
-                    break
+    for hash_ids in read_trace(path):
+        out.append(hash_ids)
+        if limit and len(out) >= limit:
+            break
     return out
 
 

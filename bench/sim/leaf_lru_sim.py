@@ -142,22 +142,26 @@ class LeafLruCache:
         return matched
 
 
+def read_trace(trace_path):
+    """Yields each request's hash_ids, in file order (blank lines skipped)."""
+    with open(trace_path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                yield json.loads(line)["hash_ids"]
+
+
 def run(trace_path, capacity):
     cache = LeafLruCache(capacity)
     requests = 0
     blocks = 0
     matched = 0
-    with open(trace_path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            hash_ids = json.loads(line)["hash_ids"]
-            requests += 1
-            blocks += len(hash_ids)
-            matched += cache.request(hash_ids, requests)
-            if capacity:
-                assert cache.size <= capacity, "cache over capacity"
+    for hash_ids in read_trace(trace_path):
+        requests += 1
+        blocks += len(hash_ids)
+        matched += cache.request(hash_ids, requests)
+        if capacity:
+            assert cache.size <= capacity, "cache over capacity"
     return {
         "capacity": capacity,
         "requests": requests,

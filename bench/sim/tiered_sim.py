@@ -36,9 +36,8 @@ import json
 import os
 import sys
 
-DEFAULT_TRACE = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "default",
-    "data", "conversation_trace.jsonl")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from leaf_lru_sim import DEFAULT_TRACE, read_trace  # noqa: E402
 
 
 class TwoTierCache:
@@ -134,16 +133,11 @@ class TwoTierCache:
 def run(trace_path, capacity, tier):
     cache = TwoTierCache(capacity, tier)
     requests = blocks = matched = 0
-    with open(trace_path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            hash_ids = json.loads(line)["hash_ids"]
-            requests += 1
-            blocks += len(hash_ids)
-            matched += cache.request(hash_ids, requests)
-            assert len(cache.pool) <= capacity and len(cache.tier) <= max(tier, 0)
+    for hash_ids in read_trace(trace_path):
+        requests += 1
+        blocks += len(hash_ids)
+        matched += cache.request(hash_ids, requests)
+        assert len(cache.pool) <= capacity and len(cache.tier) <= max(tier, 0)
     return {"capacity": capacity, "tier": tier, "requests": requests,
             "blocks": blocks, "matched_blocks": matched,
             "promoted_blocks": cache.promoted, "evicted": cache.evicted,

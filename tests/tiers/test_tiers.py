@@ -51,9 +51,9 @@ def tier_dir(tmp_path):
     return str(d)
 
 
-def start(tier_dir, *extra):
-    d = Daemon(binary("RADIXKVD"), [f"--tier=disk,path={tier_dir},bytes=4MiB",
-                                    *extra], POOL)
+def start(tier_dir, *extra, tier_bytes="4MiB"):
+    d = Daemon(binary("RADIXKVD"),
+               [f"--tier=disk,path={tier_dir},bytes={tier_bytes}", *extra], POOL)
     d.start()
     return d
 
@@ -158,9 +158,7 @@ def test_tier_moves_are_kv_events_with_their_medium(prompts, tier_dir, tmp_path,
     zmq = pytest.importorskip("zmq")
     msgpack = pytest.importorskip("msgpack")
     endpoint = f"ipc://{tmp_path}/events.ipc"
-    d = Daemon(binary("RADIXKVD"), [f"--tier=disk,path={tier_dir},bytes={tier_bytes}",
-                                    f"--kv_events_endpoint={endpoint}"], POOL)
-    d.start()
+    d = start(tier_dir, f"--kv_events_endpoint={endpoint}", tier_bytes=tier_bytes)
     sub = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.connect(endpoint)
