@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -351,6 +352,35 @@ TEST_F(CacheTest, LeasesBelongToTheirSession) {
   cache_->CloseSession(a);  // twice is harmless
   EXPECT_EQ(Stats().leases(), 1u);
   EXPECT_TRUE(absl::IsNotFound(Release(a, l1->lease_id())));
+}
+
+// Acknowledgements of lost sessions, in an open or a heartbeat: at most 64
+// ids of at most --max_string_bytes each; more is INVALID_ARGUMENT naming
+// the field and the limit, and nothing is opened or acknowledged.
+TEST_F(CacheTest, AcknowledgementsAreBounded) {
+  Start([](CacheOptions& o) { o.max_string_bytes = 16; });
+  google::protobuf::RepeatedPtrField<std::string> ids;
+  for (int i = 0; i < 65; ++i) *ids.Add() = absl::StrCat("s", i);
+  absl::Status s = cache_->AcknowledgeSessions(ids, Caller::Local());
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("heartbeat.acknowledge_sessions"), std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("at most 64"), std::string::npos) << s;
+  google::protobuf::RepeatedPtrField<std::string> longer;
+  *longer.Add() = std::string(17, 'x');
+  s = cache_->AcknowledgeSessions(longer, Caller::Local());
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("heartbeat.acknowledge_sessions[0]"),
+            std::string::npos) << s;
+  v1::OpenSession open;
+  *open.mutable_namespace_() = TestNamespace();
+  *open.mutable_acknowledge_sessions() = ids;
+  v1::SessionInfo info;
+  s = cache_->OpenSession(open, Caller::Local(), &info);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("open.acknowledge_sessions"), std::string::npos) << s;
+  EXPECT_EQ(Stats().sessions(), 0u);
+  EXPECT_EQ(Stats().namespaces(), 0u);
 }
 
 TEST_F(CacheTest, SessionsAreBounded) {
