@@ -70,7 +70,13 @@ Cache::Cache(const CacheOptions& options)
                  .account_limits = options.account_limits,
                  .remembered_evictions = options.remembered_evictions,
                  .events = &events_,
-                 .attach_socket = options.attach_socket}),
+                 .attach_socket = options.attach_socket,
+                 .on_pool_created =
+                     options.tiers == nullptr
+                         ? std::function<absl::Status(const gpu::PagePool&)>()
+                         : [tiers = options.tiers](const gpu::PagePool& p) {
+                             return tiers->AttachPool(&p);
+                           }}),
       sessions_(options.sessions.max_sessions),
       fences_([this](OwnerId owner) {
         RadixTree* t = registry_.tree();
@@ -282,7 +288,7 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
        .max_owner_pages = MaxSessionPages(),
        .end_leases = absl::MakeConstSpan(carried.data(), carried.size()),
        .end_leases_field = "release_leases",
-       .report_evictions = options_.tier != nullptr});
+       .report_evictions = options_.tiers != nullptr});
   if (!r.ok()) {
     if (absl::IsNotFound(r.status())) {
       // The message already names the entry: "release_leases[i]: ...".
@@ -310,7 +316,7 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
                       "the session ended during this Acquire");
   }
   const uint32_t matched_in_pool = r->matched_blocks;
-  if (options_.tier != nullptr) MoveBetweenTiers(session, &*r);
+  if (options_.tiers != nullptr) MoveBetweenTiers(session, &*r);
   FillAcquireResponse(req, *r, session.binding.page_size, expires, resp);
   resp->set_promoted_blocks(r->matched_blocks - matched_in_pool);
   if (handle != nullptr) *handle = {r->lease, session.owner};
@@ -384,9 +390,8 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp,
   if (known) {
     ASSIGN_OR_RETURN(r, t->Match(ns.id, p.keys, p.tokens));
   }
-  if (options_.tier != nullptr) {
-    resp->set_tier_matched_blocks(
-        TierMatched(root, spec.page_size, p, r.matched_blocks));
+  if (options_.tiers != nullptr) {
+    TierMatched(root, spec.page_size, p, r.matched_blocks, resp);
   }
   resp->set_total_blocks(r.total_blocks);
   resp->set_matched_blocks(r.matched_blocks);

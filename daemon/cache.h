@@ -59,7 +59,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/access_policy.h"
-#include "daemon/disk_tier.h"
+#include "daemon/tier_chain.h"
 #include "daemon/event_log.h"
 #include "daemon/fence_tracker.h"
 #include "daemon/namespace_registry.h"
@@ -94,9 +94,9 @@ struct CacheOptions : RequestLimits {
   // = account. Empty: one unnamed account without limits.
   std::vector<std::string> account_names;
   std::vector<AccountLimits> account_limits;
-  // The tier below the pool (--tier); null: evicted blocks are dropped.
-  // Shared with the server, which opened it for the pool's page size.
-  std::shared_ptr<DiskTier> tier;
+  // The tiers below the pool (--tier); null: evicted blocks are dropped.
+  // Shared with the server, which opened them for the pool's page size.
+  std::shared_ptr<TierChain> tiers;
   SessionOptions sessions;
   // Events kept for WatchEvents consumers.
   size_t event_buffer = 65536;
@@ -115,20 +115,6 @@ struct CacheOptions : RequestLimits {
 struct LeaseHandle {
   LeaseId lease = 0;
   OwnerId owner = kNoOwner;
-};
-
-// How long promotions from the tier take: counts per bucket (bounds in
-// seconds; the last bucket is +Inf) and the sum. Thread-safe.
-class TierLatency {
- public:
-  static constexpr std::array<double, 9> kBounds = {
-      1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0};
-  void Add(absl::Duration d);
-  void Fill(v1::TierStats* out) const;
-
- private:
-  std::array<std::atomic<uint64_t>, kBounds.size() + 1> counts_{};
-  std::atomic<uint64_t> sum_ns_{0};
 };
 
 class Cache {
@@ -234,17 +220,17 @@ class Cache {
   absl::Status CheckAcknowledged(
       absl::string_view field,
       const google::protobuf::RepeatedPtrField<std::string>& ids) const;
-  // With a tier (cache_tier.cc): copies the blocks an Acquire evicted out
-  // of their pages into the tier, then fills the lease's first new pages
-  // from the tier's blocks that continue the match and commits them, so
+  // With tiers (cache_tier.cc): copies the blocks an Acquire evicted out
+  // of their pages into the top tier, then fills the lease's first new
+  // pages from the tiers' blocks that continue the match and commits them, so
   // the lease comes back as if they had been cached. Runs after the tree's
   // Acquire and before the answer: the evicted pages are the lease's new
   // pages, which nobody writes until the answer arrives.
   void MoveBetweenTiers(const SessionRef& session, AcquireResult* r);
-  // Blocks of `tokens` (after the first `matched`) the tier holds,
-  // consecutively (Match's tier_matched_blocks).
-  uint32_t TierMatched(const BlockKey& root, uint32_t page_size,
-                       const Prompt& p, uint32_t matched) const;
+  // Sets Match's tier_matched_blocks and tier_matched: the blocks of the
+  // prompt (after the first `matched`) the tiers hold, consecutively.
+  void TierMatched(const BlockKey& root, uint32_t page_size, const Prompt& p,
+                   uint32_t matched, v1::MatchResponse* resp) const;
   void FillTierStats(v1::Stats* s) const;
 
   const CacheOptions options_;
@@ -253,9 +239,8 @@ class Cache {
   NamespaceRegistry registry_;
   SessionTable sessions_;
   std::atomic<uint64_t> lease_abandoned_{0};
-  // How long promotions from the tier take, and the tokens they served
-  // (counted as hits in Stats.hit_tokens; cache_tier.cc).
-  TierLatency promotion_latency_;
+  // The tokens promotions from the tiers served (counted as hits in
+  // Stats.hit_tokens; cache_tier.cc).
   std::atomic<uint64_t> promoted_tokens_{0};
   std::atomic<uint64_t> permission_denied_{0};
   FenceTracker fences_;

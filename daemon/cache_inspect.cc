@@ -371,12 +371,21 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
       out->set_other_namespace_id(other_roots[other[i]].ToCanonical());
     }
     TierBlock in_tier;
-    if (state != v1::BLOCK_STATE_CACHED && options_.tier != nullptr &&
-        options_.tier->Lookup(b.key, &in_tier)) {
-      state = v1::BLOCK_STATE_IN_TIER;
-    }
+    const uint8_t medium =
+        state != v1::BLOCK_STATE_CACHED && options_.tiers != nullptr
+            ? options_.tiers->Locate(b.key, &in_tier)
+            : 0;
+    if (medium != 0) state = v1::BLOCK_STATE_IN_TIER;
     out->set_state(state);
     out->set_reason(Reason(state));
+    if (medium != 0) {
+      const bool host = medium == kMediumHostTier;
+      out->set_tier(host ? "host" : "disk");
+      out->set_reason(host ? "in the host tier below the pool (an Acquire "
+                             "promotes it)"
+                           : "in the disk tier below the pool (an Acquire "
+                             "promotes it)");
+    }
     if (state == v1::BLOCK_STATE_CACHED) {
       out->set_page(b.page);
       out->set_refcount(b.refcount);

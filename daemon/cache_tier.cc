@@ -1,95 +1,76 @@
-// Cache's side of the tier below the pool (--tier, docs/TIERS.md): moving
-// evicted blocks down and matched ones up around the tree's Acquire, and
-// the tier's stats.
+// Cache's side of the tiers below the pool (--tier, docs/TIERS.md):
+// moving evicted blocks down and matched ones up around the tree's
+// Acquire, and the tiers' stats.
 #include <vector>
 
-#include "absl/time/clock.h"
 #include "daemon/cache.h"
 #include "daemon/log.h"
 
 namespace radixkv::daemon {
 
-void TierLatency::Add(absl::Duration d) {
-  const double s = absl::ToDoubleSeconds(d);
-  size_t i = 0;
-  while (i < kBounds.size() && s > kBounds[i]) ++i;
-  counts_[i].fetch_add(1, std::memory_order_relaxed);
-  sum_ns_.fetch_add(static_cast<uint64_t>(absl::ToInt64Nanoseconds(d)),
-                    std::memory_order_relaxed);
-}
-
-void TierLatency::Fill(v1::TierStats* out) const {
-  for (double b : kBounds) out->add_promotion_seconds_bounds(b);
-  for (const auto& c : counts_) {
-    out->add_promotion_seconds_counts(c.load(std::memory_order_relaxed));
-  }
-  out->set_promotion_seconds_sum(
-      static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) * 1e-9);
-}
-
 namespace {
 
-// A block's move into (kStored) or out of (kRemoved) the tier, as the
-// tree's listeners take it.
-TreeEvent TierEvent(TreeEvent::Type type, NamespaceId ns, const BlockKey& root,
-                    const BlockKey& key, const BlockKey& parent_key,
-                    uint32_t block_size) {
+void FillLatency(const TierLatency& l, v1::TierStats* out) {
+  for (double b : TierLatency::kBounds) out->add_promotion_seconds_bounds(b);
+  for (uint64_t c : l.counts()) out->add_promotion_seconds_counts(c);
+  out->set_promotion_seconds_sum(l.sum_seconds());
+}
+
+// A tier's move as the tree's listeners take it (KV events: the medium of
+// that tier; WatchEvents reports the pool only). A removal names the block
+// by key and root; its namespace id is not needed.
+TreeEvent ToTreeEvent(const TierMove& m, const BlockKey& root_if_unset) {
   TreeEvent e;
-  e.type = type;
-  e.ns = ns;
-  e.root = root;
-  e.key = key;
-  e.parent_key = parent_key;
-  e.depth = parent_key == root ? 0 : 1;  // only "first block or not" matters
-  e.block_size = block_size;
-  e.medium = 1;
+  e.type = m.stored ? TreeEvent::Type::kStored : TreeEvent::Type::kRemoved;
+  e.ns = m.ns;
+  e.root = m.block.root == BlockKey{} ? root_if_unset : m.block.root;
+  e.key = m.block.key;
+  e.parent_key = m.block.parent_key;
+  e.depth = m.block.parent_key == e.root ? 0 : 1;  // only "first block or not" matters
+  e.block_size = m.stored ? m.block.block_size : 0;
+  e.medium = m.medium;
   return e;
 }
 
 }  // namespace
 
 void Cache::MoveBetweenTiers(const SessionRef& session, AcquireResult* r) {
-  DiskTier& tier = *options_.tier;
-  const gpu::PagePool* pool = registry_.pool();
+  TierChain& tiers = *options_.tiers;
   RadixTree* t = registry_.tree();
+  const BlockKey root = t->namespace_root(session.binding.ns);
   // Down first: the evicted blocks' pages are this lease's new pages, and
-  // promotion below may overwrite them. Each move is reported as a tier
-  // event (KV events: medium DISK; WatchEvents reports the pool only).
-  std::vector<TreeEvent> moves;
-  std::vector<TierBlock> forgotten;
-  for (const EvictedBlock& e : r->evicted) {
-    forgotten.clear();
-    if (tier.Put({.key = e.key, .parent_key = e.parent_key, .root = e.root},
-                 pool->host_page_address(e.page), &forgotten)) {
-      for (const TierBlock& f : forgotten) {
-        // The tier made room: that block is gone. A removal names the
-        // block by key and root; its namespace id is not needed.
-        moves.push_back(TierEvent(TreeEvent::Type::kRemoved, 0, f.root, f.key,
-                                  f.parent_key, 0));
-      }
-      moves.push_back(TierEvent(TreeEvent::Type::kStored, e.ns, e.root, e.key,
-                                e.parent_key, session.binding.page_size));
+  // promotion below may overwrite them.
+  std::vector<TierMove> moves;
+  if (!r->evicted.empty()) {
+    std::vector<EvictedPage> evicted;
+    evicted.reserve(r->evicted.size());
+    for (const EvictedBlock& e : r->evicted) {
+      evicted.push_back({.block = {.key = e.key,
+                                   .parent_key = e.parent_key,
+                                   .root = e.root,
+                                   .block_size = session.binding.page_size},
+                         .page = e.page,
+                         .ns = e.ns});
     }
+    tiers.Demote(evicted, &moves);
   }
   const size_t present =
-      r->new_blocks == 0 ? 0 : tier.CountPresent(r->new_keys);
-  if (present == 0) {
-    if (!moves.empty()) events_.OnTreeEvents(moves);
-    return;
+      r->new_blocks == 0 ? 0 : tiers.CountPresent(r->new_keys);
+  size_t got = 0;
+  if (present != 0) {
+    std::vector<uint64_t> pages(present);
+    for (size_t i = 0; i < present; ++i) {
+      pages[i] = r->pages[r->matched_blocks + i];
+    }
+    got = tiers.Promote(absl::MakeConstSpan(r->new_keys).first(present), pages,
+                        &moves);
   }
-  const absl::Time start = absl::Now();
-  std::vector<void*> dst(present);
-  for (size_t i = 0; i < present; ++i) {
-    dst[i] = pool->host_page_address(r->pages[r->matched_blocks + i]);
+  if (!moves.empty()) {
+    std::vector<TreeEvent> events;
+    events.reserve(moves.size());
+    for (const TierMove& m : moves) events.push_back(ToTreeEvent(m, root));
+    events_.OnTreeEvents(events);
   }
-  const size_t got = tier.Take(
-      absl::MakeConstSpan(r->new_keys).first(present), dst);
-  const BlockKey root = t->namespace_root(session.binding.ns);
-  for (size_t i = 0; i < got; ++i) {
-    moves.push_back(TierEvent(TreeEvent::Type::kRemoved, session.binding.ns,
-                              root, r->new_keys[i], BlockKey{}, 0));
-  }
-  if (!moves.empty()) events_.OnTreeEvents(moves);
   if (got == 0) return;
   // The bytes are in place: commit those blocks as the lease's own, so
   // they are cached and pinned like the matched prefix.
@@ -111,40 +92,75 @@ void Cache::MoveBetweenTiers(const SessionRef& session, AcquireResult* r) {
   promoted_tokens_.fetch_add(got * session.binding.page_size,
                              std::memory_order_relaxed);
   r->new_blocks -= static_cast<uint32_t>(got);
-  promotion_latency_.Add(absl::Now() - start);
 }
 
-uint32_t Cache::TierMatched(const BlockKey& root, uint32_t page_size,
-                            const Prompt& p, uint32_t matched) const {
+void Cache::TierMatched(const BlockKey& root, uint32_t page_size,
+                        const Prompt& p, uint32_t matched,
+                        v1::MatchResponse* resp) const {
   std::vector<BlockKey> computed;
   absl::Span<const BlockKey> keys = p.keys;
   if (!p.key_mode) {
     computed = ComputeBlockKeys(root, page_size, p.tokens);
     keys = computed;
   }
-  if (matched >= keys.size()) return 0;
-  return static_cast<uint32_t>(
-      options_.tier->CountPresent(keys.subspan(matched)));
+  std::array<size_t, 3> by_medium{};
+  const size_t n = matched >= keys.size()
+                       ? 0
+                       : options_.tiers->CountPresent(keys.subspan(matched),
+                                                      &by_medium);
+  resp->set_tier_matched_blocks(static_cast<uint32_t>(n));
+  const auto add = [&](const char* kind, uint8_t medium) {
+    v1::TierBlockCount* c = resp->add_tier_matched();
+    c->set_kind(kind);
+    c->set_blocks(static_cast<uint32_t>(by_medium[medium]));
+  };
+  if (options_.tiers->host() != nullptr) add("host", kMediumHostTier);
+  if (options_.tiers->disk() != nullptr) add("disk", kMediumDiskTier);
 }
 
 void Cache::FillTierStats(v1::Stats* s) const {
-  if (options_.tier == nullptr) return;
-  const DiskTierStats d = options_.tier->stats();
-  v1::TierStats* out = s->mutable_tier();
-  out->set_kind("disk");
-  out->set_capacity_blocks(d.slots);
-  out->set_blocks(d.used);
-  out->set_pending_blocks(d.pending);
-  out->set_demoted_blocks(d.demotions);
-  out->set_promoted_blocks(d.promotions);
-  out->set_dropped_full(d.dropped_full);
-  out->set_dropped_error(d.dropped_error);
-  out->set_checksum_failures(d.checksum_failures);
-  out->set_bytes_written(d.bytes_written);
-  out->set_bytes_read(d.bytes_read);
-  out->set_reloaded_blocks(d.reloaded);
-  out->set_forgotten_blocks(d.evictions);
-  promotion_latency_.Fill(out);
+  if (options_.tiers == nullptr) return;
+  const TierChain& tiers = *options_.tiers;
+  if (const HostTier* h = tiers.host(); h != nullptr) {
+    const HostTierStats d = h->stats();
+    v1::TierStats* out = s->add_tiers();
+    out->set_kind("host");
+    out->set_capacity_blocks(d.slots);
+    out->set_blocks(d.used);
+    out->set_pending_blocks(d.filling);
+    out->set_demoted_blocks(d.demotions);
+    out->set_promoted_blocks(d.promotions);
+    out->set_dropped_full(d.dropped_full);
+    out->set_dropped_error(d.dropped_error);
+    out->set_bytes_written(d.bytes_written);
+    out->set_bytes_read(d.bytes_read);
+    out->set_forgotten_blocks(d.evictions);
+    out->set_pinned(d.pinned);
+    FillLatency(tiers.promotion_latency(kMediumHostTier), out);
+  }
+  if (const DiskTier* k = tiers.disk(); k != nullptr) {
+    const DiskTierStats d = k->stats();
+    v1::TierStats* out = s->add_tiers();
+    out->set_kind("disk");
+    out->set_capacity_blocks(d.slots);
+    out->set_blocks(d.used);
+    out->set_pending_blocks(d.pending);
+    out->set_demoted_blocks(d.demotions);
+    out->set_promoted_blocks(d.promotions);
+    out->set_dropped_full(d.dropped_full);
+    out->set_dropped_error(d.dropped_error);
+    out->set_checksum_failures(d.checksum_failures);
+    out->set_bytes_written(d.bytes_written);
+    out->set_bytes_read(d.bytes_read);
+    out->set_reloaded_blocks(d.reloaded);
+    out->set_forgotten_blocks(d.evictions);
+    FillLatency(tiers.promotion_latency(kMediumDiskTier), out);
+  }
+  // Copy failures are the chain's (its PageCopier's): counted on the top
+  // tier, which Stats.tier repeats for readers of one tier.
+  v1::TierStats* top = s->mutable_tiers(0);
+  top->set_copy_errors(tiers.copy_errors());
+  *s->mutable_tier() = *top;
   // A promoted block is a hit for the worker that asked.
   s->set_hit_tokens(s->hit_tokens() +
                     promoted_tokens_.load(std::memory_order_relaxed));

@@ -371,7 +371,8 @@ size_t DiskTier::ClaimForTake(absl::Span<const BlockKey> keys,
 }
 
 size_t DiskTier::Take(absl::Span<const BlockKey> keys,
-                      absl::Span<void* const> dst) {
+                      absl::Span<void* const> dst,
+                      std::vector<BlockKey>* dropped) {
   const size_t n = std::min(keys.size(), dst.size());
   if (n == 0) return 0;
   std::vector<Claim> claims;
@@ -402,7 +403,7 @@ size_t DiskTier::Take(absl::Span<const BlockKey> keys,
   size_t served = 0;
   while (served < m && results[served] == ReadResult::kOk) ++served;
   absl::MutexLock l(&mu_);
-  SettleTake(keys, claims, results, served);
+  SettleTake(keys, claims, results, served, dropped);
   stats_.promotions += served;
   if (m < n && served == m) ++stats_.misses;
   return served;
@@ -435,7 +436,8 @@ void DiskTier::HelpWithReads(ReadBatch* batch) {
 // was put again meanwhile).
 void DiskTier::SettleTake(absl::Span<const BlockKey> keys,
                           absl::Span<const Claim> claims,
-                          absl::Span<const ReadResult> results, size_t served) {
+                          absl::Span<const ReadResult> results, size_t served,
+                          std::vector<BlockKey>* dropped) {
   for (size_t i = 0; i < claims.size(); ++i) {
     const Claim& c = claims[i];
     Slot& s = slots_[c.slot];
@@ -455,6 +457,7 @@ void DiskTier::SettleTake(absl::Span<const BlockKey> keys,
         results[i] == ReadResult::kBadChecksum) {
       ++stats_.checksum_failures;
     }
+    if (!ok && dropped != nullptr) dropped->push_back(keys[i]);
     if (i < served || !ok || index_.contains(keys[i])) {
       FreeSlot(c.slot);
       continue;

@@ -70,6 +70,9 @@ struct TierBlock {  // a block's identity, stored with its bytes
   BlockKey parent_key;  // the parent's key (the namespace root for a first block)
   BlockKey root;        // the namespace root
   uint32_t depth = 0;   // block index in its prompt
+  // Tokens per block, for events; the tier file does not keep it (0 for a
+  // block reloaded at start).
+  uint32_t block_size = 0;
 };
 
 struct DiskTierStats {
@@ -133,8 +136,10 @@ class DiskTier {
   // counted). Returns how many leading blocks were read; those are removed
   // from the tier. Later blocks stay; dst[i] for i >= the result holds
   // unspecified bytes. A block still pending is served from its staging
-  // buffer.
-  size_t Take(absl::Span<const BlockKey> keys, absl::Span<void* const> dst);
+  // buffer. The keys of blocks dropped for a failed check or read are
+  // appended to *dropped (when not null).
+  size_t Take(absl::Span<const BlockKey> keys, absl::Span<void* const> dst,
+              std::vector<BlockKey>* dropped = nullptr);
 
   // Metadata of a present block (for events, Explain), if present.
   bool Lookup(const BlockKey& key, TierBlock* out) const;
@@ -211,7 +216,8 @@ class DiskTier {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SettleTake(absl::Span<const BlockKey> keys,
                   absl::Span<const Claim> claims,
-                  absl::Span<const ReadResult> results, size_t served)
+                  absl::Span<const ReadResult> results, size_t served,
+                  std::vector<BlockKey>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // I/O threads (and a Take's own thread, for its reads).

@@ -129,7 +129,7 @@ void PackStored(KvPayload* buf, Packer& pk, const KvEncodeOptions& o,
   if (map) Str(pk, "lora_id");
   pk.pack_nil();
   if (map) Str(pk, "medium");
-  Str(pk, first.medium == 0 ? o.medium : o.tier_medium);
+  Str(pk, o.MediumName(first.medium));
   if (map) Str(pk, "lora_name");
   const std::string* name = lora(first.root);
   if (name == nullptr || name->empty()) {
@@ -158,7 +158,7 @@ void PackRemoved(Packer& pk, const KvEncodeOptions& o,
   pk.pack_array(static_cast<uint32_t>(run.size()));
   for (const KvRecord& r : run) Hash(pk, o.hash, r.key);
   if (map) Str(pk, "medium");
-  Str(pk, run.front().medium == 0 ? o.medium : o.tier_medium);
+  Str(pk, o.MediumName(run.front().medium));
   if (!map) return;
   Str(pk, "group_idx");
   pk.pack_uint32(0);

@@ -56,15 +56,21 @@ struct KvRecord {
   uint64_t token_offset = 0;  // kStored: into the batch's token array
   uint32_t token_count = 0;   // kStored: block_size, or 0 (key mode)
   BlockKey root;              // kStored, kRemoved: the namespace's root
-  uint8_t medium = 0;         // TreeEvent::medium: 0 the pool, 1 the tier
+  uint8_t medium = 0;         // TreeEvent::medium: 0 the pool, 1 host tier, 2 disk tier
 };
 
 struct KvEncodeOptions {
   KvHashForm hash = KvHashForm::kInt64;
   KvEventEncoding encoding = KvEventEncoding::kMap;
   std::string medium = "CPU";
-  // The medium of blocks in the tier below the pool (KvRecord::medium 1).
-  std::string tier_medium = "DISK";
+  // The media of blocks in the tiers below the pool: the host tier's
+  // (KvRecord::medium 1) and the disk tier's (2).
+  std::string host_tier_medium = "CPU";
+  std::string disk_tier_medium = "DISK";
+  // The medium name for KvRecord::medium `m`.
+  const std::string& MediumName(uint8_t m) const {
+    return m == 0 ? medium : m == 1 ? host_tier_medium : disk_tier_medium;
+  }
   int64_t data_parallel_rank = 0;
 };
 

@@ -48,10 +48,11 @@ ABSL_FLAG(std::string, pool, "host,bytes=1GiB",
           "page pool: host,bytes=1GiB | cuda,device=0,bytes=60GiB | "
           "none,pages=100000");
 ABSL_FLAG(std::string, tier, "",
-          "tier below the pool that evicted blocks move to and come back "
-          "from: disk,path=DIR,bytes=SIZE[,io_threads=N][,demote=drop|wait] "
-          "(needs a host pool "
-          "with page_bytes=); empty: evicted blocks are dropped");
+          "tiers below the pool that evicted blocks move to and come back "
+          "from, top to bottom, separated by ';': host,bytes=SIZE (host "
+          "memory, pinned under a cuda pool) and/or "
+          "disk,path=DIR,bytes=SIZE[,io_threads=N][,demote=drop|wait]; "
+          "needs --pool with page_bytes=; empty: evicted blocks are dropped");
 
 ABSL_FLAG(absl::Duration, lease_ttl, absl::Minutes(5),
           "a lease not ended by Commit(release)/Release expires after this");

@@ -94,57 +94,63 @@ void AddTenantFamilies(const v1::Stats& s,
   out->push_back(std::move(limited));
 }
 
-// The tier below the pool (--tier).
-void AddTierFamilies(const v1::TierStats& t,
-                     std::vector<prometheus::MetricFamily>* out) {
+// The tiers below the pool (--tier), one label value per tier.
+void AddTierFamilies(
+    const google::protobuf::RepeatedPtrField<v1::TierStats>& tiers,
+    std::vector<prometheus::MetricFamily>* out) {
   using prometheus::MetricType;
-  const std::string& kind = t.kind();
   auto blocks = Family("radixkv_tier_blocks",
-                       "Blocks in the tier below the pool, and its capacity.",
+                       "Blocks in a tier below the pool, and its capacity.",
                        MetricType::Gauge);
-  AddValue(&blocks, t.blocks(), {{"tier", kind}, {"state", "stored"}});
-  AddValue(&blocks, t.pending_blocks(), {{"tier", kind}, {"state", "pending"}});
-  AddValue(&blocks, t.capacity_blocks(), {{"tier", kind}, {"state", "capacity"}});
-  out->push_back(std::move(blocks));
   auto moved = Family("radixkv_tier_moved_blocks_total",
-                      "Blocks demoted to the tier (evicted from the pool) "
-                      "and promoted back into the pool.",
+                      "Blocks demoted to a tier (evicted from the pool or "
+                      "the tier above) and promoted back into the pool.",
                       MetricType::Counter);
-  AddValue(&moved, t.demoted_blocks(), {{"tier", kind}, {"direction", "down"}});
-  AddValue(&moved, t.promoted_blocks(), {{"tier", kind}, {"direction", "up"}});
-  out->push_back(std::move(moved));
   auto bytes = Family("radixkv_tier_bytes_total",
-                      "Bytes written to and read from the tier.",
+                      "Bytes written to and read from a tier.",
                       MetricType::Counter);
-  AddValue(&bytes, t.bytes_written(), {{"tier", kind}, {"direction", "write"}});
-  AddValue(&bytes, t.bytes_read(), {{"tier", kind}, {"direction", "read"}});
-  out->push_back(std::move(bytes));
   auto dropped = Family("radixkv_tier_dropped_blocks_total",
-                        "Evicted blocks the tier did not take (plain "
-                        "evictions) and blocks that failed their checksum.",
+                        "Blocks a tier did not take (plain evictions), "
+                        "blocks that failed their checksum and blocks lost "
+                        "to failed copies.",
                         MetricType::Counter);
-  AddValue(&dropped, t.dropped_full(), {{"tier", kind}, {"reason", "staging_full"}});
-  AddValue(&dropped, t.dropped_error(), {{"tier", kind}, {"reason", "write_error"}});
-  AddValue(&dropped, t.checksum_failures(), {{"tier", kind}, {"reason", "checksum"}});
-  out->push_back(std::move(dropped));
   auto latency = Family("radixkv_tier_promotion_seconds",
-                        "Time an Acquire spent copying blocks up from the tier.",
+                        "Time an Acquire spent copying one run of blocks up "
+                        "from a tier.",
                         MetricType::Histogram);
-  prometheus::ClientMetric m;
-  m.label = {{"tier", kind}};
-  uint64_t cumulative = 0;
-  for (int i = 0; i < t.promotion_seconds_counts_size(); ++i) {
-    cumulative += t.promotion_seconds_counts(i);
-    prometheus::ClientMetric::Bucket b;
-    b.cumulative_count = cumulative;
-    b.upper_bound = i < t.promotion_seconds_bounds_size()
-                        ? t.promotion_seconds_bounds(i)
-                        : std::numeric_limits<double>::infinity();
-    m.histogram.bucket.push_back(b);
+  for (const v1::TierStats& t : tiers) {
+    const std::string& kind = t.kind();
+    AddValue(&blocks, t.blocks(), {{"tier", kind}, {"state", "stored"}});
+    AddValue(&blocks, t.pending_blocks(), {{"tier", kind}, {"state", "pending"}});
+    AddValue(&blocks, t.capacity_blocks(), {{"tier", kind}, {"state", "capacity"}});
+    AddValue(&moved, t.demoted_blocks(), {{"tier", kind}, {"direction", "down"}});
+    AddValue(&moved, t.promoted_blocks(), {{"tier", kind}, {"direction", "up"}});
+    AddValue(&bytes, t.bytes_written(), {{"tier", kind}, {"direction", "write"}});
+    AddValue(&bytes, t.bytes_read(), {{"tier", kind}, {"direction", "read"}});
+    AddValue(&dropped, t.dropped_full(), {{"tier", kind}, {"reason", "staging_full"}});
+    AddValue(&dropped, t.dropped_error(), {{"tier", kind}, {"reason", "write_error"}});
+    AddValue(&dropped, t.checksum_failures(), {{"tier", kind}, {"reason", "checksum"}});
+    AddValue(&dropped, t.copy_errors(), {{"tier", kind}, {"reason", "copy_error"}});
+    prometheus::ClientMetric m;
+    m.label = {{"tier", kind}};
+    uint64_t cumulative = 0;
+    for (int i = 0; i < t.promotion_seconds_counts_size(); ++i) {
+      cumulative += t.promotion_seconds_counts(i);
+      prometheus::ClientMetric::Bucket b;
+      b.cumulative_count = cumulative;
+      b.upper_bound = i < t.promotion_seconds_bounds_size()
+                          ? t.promotion_seconds_bounds(i)
+                          : std::numeric_limits<double>::infinity();
+      m.histogram.bucket.push_back(b);
+    }
+    m.histogram.sample_count = cumulative;
+    m.histogram.sample_sum = t.promotion_seconds_sum();
+    latency.metric.push_back(std::move(m));
   }
-  m.histogram.sample_count = cumulative;
-  m.histogram.sample_sum = t.promotion_seconds_sum();
-  latency.metric.push_back(std::move(m));
+  out->push_back(std::move(blocks));
+  out->push_back(std::move(moved));
+  out->push_back(std::move(bytes));
+  out->push_back(std::move(dropped));
   out->push_back(std::move(latency));
 }
 
@@ -193,7 +199,7 @@ class Metrics::StateCollector : public prometheus::Collectable {
     AddValue(&pages, s.quarantined_pages(), {{"state", "quarantined"}});
     out.push_back(std::move(pages));
     if (s.tenants_size() > 0) AddTenantFamilies(s, &out);
-    if (s.has_tier()) AddTierFamilies(s.tier(), &out);
+    if (s.tiers_size() > 0) AddTierFamilies(s.tiers(), &out);
 
     auto gauge = [&out](const char* name, const char* help, double v) {
       auto f = Family(name, help, MetricType::Gauge);

@@ -181,6 +181,7 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
     RETURN_IF_ERROR(tree->SetAccountLimits(a, options_.account_limits[a]));
   }
   ASSIGN_OR_RETURN(NamespaceId id, tree->RegisterNamespace(spec, account));
+  if (options_.on_pool_created) RETURN_IF_ERROR(options_.on_pool_created(*pool));
   pool_owner_ = std::move(pool);
   tree_owner_ = std::move(tree);
   pool_.store(pool_owner_.get(), std::memory_order_release);

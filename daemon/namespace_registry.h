@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ struct RegistryOptions {
   // RadixTreeOptions::fence_unended_leases for pools with memory (a none
   // pool has no bytes anyone could write).
   bool fence = true;
+  // Called with the new pool before it is published (under the registry's
+  // mutex); an error fails the bind that created it, and the next bind
+  // tries again. May be empty.
+  std::function<absl::Status(const gpu::PagePool&)> on_pool_created;
 };
 
 // A tenant's namespace quota: at most `max` namespaces whose cache_salt is

@@ -223,17 +223,15 @@ absl::StatusOr<gpu::PoolSpec> CheckOptions(const ServerOptions& options) {
   return pool;
 }
 
-// Opens the tier below `pool` (--tier). Its slots are sized at start, so
-// the pool's page size must be the operator's (--pool ... page_bytes=).
-absl::StatusOr<std::shared_ptr<DiskTier>> OpenTier(const std::string& spec,
-                                                   const gpu::PoolSpec& pool) {
-  ASSIGN_OR_RETURN(TierSpec t, ParseTierSpec(spec));
-  if (pool.backend != gpu::Backend::kHost) {
+// Opens the tiers below `pool` (--tier). Their slots are sized at start,
+// so the pool's page size must be the operator's (--pool ... page_bytes=).
+absl::StatusOr<std::shared_ptr<TierChain>> OpenTiers(
+    const std::string& spec, const gpu::PoolSpec& pool) {
+  ASSIGN_OR_RETURN(std::vector<TierSpec> specs, ParseTierSpecs(spec));
+  if (pool.backend == gpu::Backend::kNone) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--tier=", spec, ": a disk tier needs a host pool (--pool=host,...); ",
-        pool.backend == gpu::Backend::kNone
-            ? "a none pool has no page bytes to move"
-            : "moving cuda pages to disk is not built yet"));
+        "--tier=", spec, ": a none pool has no page bytes to move; use "
+        "--pool=host,... or --pool=cuda,..."));
   }
   if (pool.page_bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -241,17 +239,30 @@ absl::StatusOr<std::shared_ptr<DiskTier>> OpenTier(const std::string& spec,
         "page_bytes=SIZE to --pool (the size of one page of your model's "
         "namespace, radixkvctl size)"));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<DiskTier> tier,
-                   DiskTier::Open({.path = t.path,
-                                   .bytes = t.bytes,
-                                   .page_bytes = pool.page_bytes,
-                                   .io_threads = t.io_threads,
-                                   .wait_for_staging = t.wait_for_staging}));
-  Log(LogLevel::kInfo,
-      absl::StrCat("tier disk: ", t.path, ", ", tier->capacity_blocks(),
-                   " blocks of ", pool.page_bytes, " bytes, ",
-                   tier->stats().reloaded, " reloaded"));
-  return std::shared_ptr<DiskTier>(std::move(tier));
+  std::unique_ptr<HostTier> host;
+  std::unique_ptr<DiskTier> disk;
+  for (const TierSpec& t : specs) {
+    if (t.kind == TierSpec::Kind::kHost) {
+      ASSIGN_OR_RETURN(host, HostTier::Open(pool.backend, pool.device, t.bytes,
+                                            pool.page_bytes));
+      Log(LogLevel::kInfo,
+          absl::StrCat("tier host: ", host->capacity_blocks(), " blocks of ",
+                       pool.page_bytes, " bytes, ",
+                       host->stats().pinned ? "pinned" : "not pinned"));
+      continue;
+    }
+    ASSIGN_OR_RETURN(disk,
+                     DiskTier::Open({.path = t.path,
+                                     .bytes = t.bytes,
+                                     .page_bytes = pool.page_bytes,
+                                     .io_threads = t.io_threads,
+                                     .wait_for_staging = t.wait_for_staging}));
+    Log(LogLevel::kInfo,
+        absl::StrCat("tier disk: ", t.path, ", ", disk->capacity_blocks(),
+                     " blocks of ", pool.page_bytes, " bytes, ",
+                     disk->stats().reloaded, " reloaded"));
+  }
+  return std::make_shared<TierChain>(std::move(host), std::move(disk));
 }
 
 }  // namespace
@@ -282,7 +293,7 @@ absl::Status Server::Init() {
   }
   copts.attach_socket = attach_path_;
   if (!options_.tier.empty()) {
-    ASSIGN_OR_RETURN(copts.tier, OpenTier(options_.tier, pool));
+    ASSIGN_OR_RETURN(copts.tiers, OpenTiers(options_.tier, pool));
   }
   if (policy_->accounts() > 1) {
     // Account 0 (the daemon's own calls) has no name and no limits.
@@ -300,6 +311,10 @@ absl::Status Server::Init() {
     // Attached before any namespace binds, so it sees every tree event.
     KvEventsOptions kopts = options_.kv_events;
     kopts.encode.medium = pool.backend == gpu::Backend::kCuda ? "GPU" : "CPU";
+    // A host tier below a host pool is host memory too, but not the
+    // pool's: it gets a medium of its own.
+    kopts.encode.host_tier_medium =
+        pool.backend == gpu::Backend::kCuda ? "CPU" : "CPU_TIER";
     const Cache* cache = cache_.get();
     auto lora = [cache](const BlockKey& root) -> std::string {
       v1::ListNamespacesResponse resp;

@@ -1,6 +1,6 @@
 #include "daemon/tier_spec.h"
 
-#include <vector>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -10,55 +10,79 @@
 namespace radixkv::daemon {
 namespace {
 
+constexpr absl::string_view kUsage =
+    " (expected host,bytes=SIZE and/or disk,path=DIR,bytes=SIZE"
+    "[,io_threads=N][,demote=drop|wait], top to bottom, separated by ';')";
+
 absl::Status Bad(absl::string_view spec, absl::string_view what) {
   return absl::InvalidArgumentError(
-      absl::StrCat("--tier=", spec, ": ", what,
-                   " (expected disk,path=DIR,bytes=SIZE[,io_threads=N]"
-                   "[,demote=drop|wait])"));
+      absl::StrCat("--tier=", spec, ": ", what, kUsage));
 }
 
-}  // namespace
-
-absl::StatusOr<TierSpec> ParseTierSpec(absl::string_view spec) {
-  const std::vector<absl::string_view> parts = absl::StrSplit(spec, ',');
+// One tier's "kind,key=value,..." (`spec` is the whole flag, for errors).
+absl::StatusOr<TierSpec> ParseOne(absl::string_view spec,
+                                  absl::string_view one) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(one, ',');
+  TierSpec out;
   if (parts[0] == "host") {
-    return Bad(spec,
-               "a host tier (pinned host memory below a cuda pool) is not "
-               "built yet; use a disk tier below a host pool");
-  }
-  if (parts[0] != "disk") {
+    out.kind = TierSpec::Kind::kHost;
+  } else if (parts[0] != "disk") {
     return Bad(spec, absl::StrCat("unknown tier kind '", parts[0], "'"));
   }
-  TierSpec out;
+  const bool disk = out.kind == TierSpec::Kind::kDisk;
+  const absl::string_view kind = disk ? "disk" : "host";
   bool have_bytes = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(parts[i], absl::MaxSplits('=', 1));
     const auto& [key, value] = kv;
-    if (key == "path") {
-      if (value.empty()) return Bad(spec, "path is empty");
-      out.path = std::string(value);
-    } else if (key == "bytes") {
+    if (key == "bytes") {
       if (!gpu::ParseSize(value, &out.bytes) || out.bytes == 0) {
-        return Bad(spec, absl::StrCat("bytes=", value, " is not a size > 0"));
+        return Bad(spec, absl::StrCat(kind, ": bytes=", value,
+                                      " is not a size > 0"));
       }
       have_bytes = true;
-    } else if (key == "demote") {
+    } else if (disk && key == "path") {
+      if (value.empty()) return Bad(spec, "disk: path is empty");
+      out.path = std::string(value);
+    } else if (disk && key == "demote") {
       if (value != "drop" && value != "wait") {
-        return Bad(spec, absl::StrCat("demote=", value, " is not drop or wait"));
+        return Bad(spec, absl::StrCat("disk: demote=", value,
+                                      " is not drop or wait"));
       }
       out.wait_for_staging = value == "wait";
-    } else if (key == "io_threads") {
+    } else if (disk && key == "io_threads") {
       if (!absl::SimpleAtoi(value, &out.io_threads) || out.io_threads < 1 ||
           out.io_threads > 64) {
-        return Bad(spec, absl::StrCat("io_threads=", value, " is not in 1..64"));
+        return Bad(spec, absl::StrCat("disk: io_threads=", value,
+                                      " is not in 1..64"));
       }
     } else {
-      return Bad(spec, absl::StrCat("unknown key '", key, "'"));
+      return Bad(spec, absl::StrCat(kind, ": unknown key '", key, "'"));
     }
   }
-  if (out.path.empty()) return Bad(spec, "path= is required");
-  if (!have_bytes) return Bad(spec, "bytes= is required");
+  if (disk && out.path.empty()) return Bad(spec, "disk: path= is required");
+  if (!have_bytes) return Bad(spec, absl::StrCat(kind, ": bytes= is required"));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TierSpec>> ParseTierSpecs(absl::string_view spec) {
+  std::vector<TierSpec> out;
+  for (absl::string_view one : absl::StrSplit(spec, ';')) {
+    absl::StatusOr<TierSpec> t = ParseOne(spec, one);
+    if (!t.ok()) return t.status();
+    if (!out.empty()) {
+      if (out.back().kind == t->kind) {
+        return Bad(spec, "names the same kind of tier twice");
+      }
+      if (t->kind == TierSpec::Kind::kHost) {
+        return Bad(spec, "a host tier goes above the disk tier (name it first)");
+      }
+    }
+    out.push_back(*std::move(t));
+  }
   return out;
 }
 

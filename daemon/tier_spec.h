@@ -1,17 +1,19 @@
 // File: daemon/tier_spec.h
 //
-// --tier: the tier below the page pool that evicted blocks move to
-// (docs/TIERS.md).
+// --tier: the tiers below the page pool that evicted blocks move to
+// (docs/TIERS.md), top to bottom, separated by ';':
 //
+//   host,bytes=SIZE
 //   disk,path=DIR,bytes=SIZE[,io_threads=N][,demote=drop|wait]
+//   host,bytes=SIZE;disk,path=DIR,bytes=SIZE[,...]
 //
-// demote=drop (the default): an evicted block the tier cannot stage at once
-// (its writes are behind) is dropped, a plain eviction; demote=wait
+// A host tier is host memory (pinned under a cuda pool); a disk tier is one
+// file in DIR. At most one of each, the host tier first.
+//
+// demote=drop (the default): an evicted block the disk tier cannot stage at
+// once (its writes are behind) is dropped, a plain eviction; demote=wait
 // (write-through): the Acquire that evicted blocks waits until the tier has
 // written them (no tree lock held), so none is lost to a slow disk.
-//
-// A host tier (pinned host memory under a cuda pool) is named "host" and
-// refused for now with a message saying so.
 //
 // Thread safety: pure functions.
 #ifndef RADIXKV_DAEMON_TIER_SPEC_H_
@@ -19,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -26,14 +29,17 @@
 namespace radixkv::daemon {
 
 struct TierSpec {
-  std::string path;     // an existing, writable directory
-  uint64_t bytes = 0;   // the tier file's budget, > 0
-  int io_threads = 2;   // 1..64
-  bool wait_for_staging = false;  // demote=wait
+  enum class Kind { kHost, kDisk };
+  Kind kind = Kind::kDisk;
+  uint64_t bytes = 0;   // the tier's budget, > 0
+  std::string path;     // disk: an existing, writable directory
+  int io_threads = 2;   // disk: 1..64
+  bool wait_for_staging = false;  // disk: demote=wait
 };
 
-// INVALID_ARGUMENT naming --tier and the bad key or value.
-absl::StatusOr<TierSpec> ParseTierSpec(absl::string_view spec);
+// The tiers, top to bottom. INVALID_ARGUMENT naming --tier and the bad
+// key, value or order.
+absl::StatusOr<std::vector<TierSpec>> ParseTierSpecs(absl::string_view spec);
 
 }  // namespace radixkv::daemon
 

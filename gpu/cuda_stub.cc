@@ -4,6 +4,7 @@
 // reports FAILED_PRECONDITION "built without CUDA".
 #include "absl/status/status.h"
 #include "gpu/mapped_pool.h"
+#include "gpu/page_copier.h"
 #include "gpu/pool_internal.h"
 
 namespace radixkv::gpu {
@@ -18,6 +19,19 @@ absl::StatusOr<std::unique_ptr<PagePool>> CreateCudaPagePool(
     const PoolSpec& spec, uint64_t page_bytes, uint64_t capacity) {
   return absl::FailedPreconditionError(
       "cuda pool: radixkv was built without CUDA (use --pool=host,bytes=...)");
+}
+
+absl::StatusOr<std::unique_ptr<PageCopier>> CreateCudaPageCopier(
+    const PagePool& pool) {
+  return absl::FailedPreconditionError(
+      "cuda pool: radixkv was built without CUDA (use --pool=host,bytes=...)");
+}
+
+absl::StatusOr<std::unique_ptr<HostMemory>> AllocatePinnedHostMemory(
+    int device, uint64_t bytes) {
+  return absl::FailedPreconditionError(
+      "pinned host memory: radixkv was built without CUDA (use "
+      "--pool=host,bytes=...)");
 }
 
 }  // namespace internal

@@ -86,7 +86,8 @@ for t in json.load(sys.stdin).get("tests", []):
   TARGETS=("${GPU_TARGETS[@]}" radixkv-worker)
   [[ "$CUDA" == off ]] && TARGETS+=(kernels_quant_test)
   [[ "$CUDA" == on ]] && TARGETS+=(gpu_bench kernels_cuda_test kernels_quant_cuda_test
-                                   model_cuda_test radixkv_cuda_pool_test)
+                                   model_cuda_test radixkv_cuda_pool_test
+                                   radixkv_page_copier_cuda_test)
   mapfile -t TARGETS < <(printf '%s\n' "${TARGETS[@]}" | sort -u)
   say "build ${TARGETS[*]} (-j$JOBS)"
   t0=$SECONDS

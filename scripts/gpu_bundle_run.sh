@@ -18,6 +18,11 @@
 #                          imported by another (radixkv_cuda_pool_test)
 #   copy-vs-hbm            copy_pages d2d, GB/s read + write, % of HBM peak
 #   host-device            host <-> device copies, GB/s each way
+#   tier-copy              a cuda pool's PageCopier moving scattered pages to
+#                          pinned host memory and back: GB/s each way and the
+#                          ratio to one cudaMemcpyAsync of the same bytes
+#                          (FAIL below 0.70 for 2 MiB pages; LOW below
+#                          40 GB/s, the PCIe Gen5 target)
 #   write-kv               write_kv scatter, GB/s
 #   attention              the attention kernel, ms per call per shape
 #   attention-kv-dtypes    write_kv and attention per KV page dtype: ms, the
@@ -151,7 +156,7 @@ if ! grep -qx radixkv_cuda_pool_test "$B/tests.txt" 2>/dev/null; then
 fi
 
 # ---- gpu_bench -------------------------------------------------------------------------------------
-bench_checks=(copy-vs-hbm host-device write-kv attention attention-kv-dtypes)
+bench_checks=(copy-vs-hbm host-device tier-copy write-kv attention attention-kv-dtypes)
 if [[ ! -x "$B/bin/gpu_bench" ]]; then
   for c in "${bench_checks[@]}"; do line "$c" SKIP "gpu_bench not in this bundle (CUDA-off build)"; done
 elif [[ $HAVE_DEVICE -eq 0 ]]; then
@@ -191,6 +196,16 @@ else
   done < <(grep '"bench":"offload"' "$LOGS/gpu_bench.jsonl")
   if [[ -z "$d" ]]; then line host-device FAIL "no offload result"
   else line host-device "$([[ $low -eq 1 ]] && echo LOW || echo PASS)" "${d}target 40 GB/s"; fi
+  d="" st=PASS
+  while read -r j; do
+    r="$(field "$j" ratio)" g="$(field "$j" gbps)"
+    d="$d$(field "$j" page_bytes) B pages $(field "$j" dir) $g GB/s ($r of memcpy $(field "$j" memcpy_gbps)); "
+    [[ "$(field "$j" page_bytes)" == 2097152 ]] || continue
+    if awk -v r="$r" 'BEGIN { exit !(r < 0.70) }'; then st=FAIL
+    elif [[ $st == PASS ]] && awk -v g="$g" 'BEGIN { exit !(g < 40) }'; then st=LOW; fi
+  done < <(grep '"bench":"tier_copy"' "$LOGS/gpu_bench.jsonl")
+  if [[ -z "$d" ]]; then line tier-copy FAIL "no tier_copy result"
+  else line tier-copy "$st" "${d}target: 2 MiB pages at 0.70 of memcpy (40 GB/s on PCIe Gen5)"; fi
   j="$(grep '"bench":"write_kv"' "$LOGS/gpu_bench.jsonl" | head -1)"
   if [[ -z "$j" ]]; then line write-kv FAIL "no write_kv result"
   else line write-kv PASS "$(field "$j" tokens) tokens in $(field "$j" ms) ms, $(field "$j" gbps_written) GB/s"; fi

@@ -8,18 +8,25 @@
 #   2. build only the GPU-relevant targets with -j$JOBS (default 16)
 #   3. ctest -L gpu -LE python --output-on-failure (CUDA kernels vs the CPU
 #      oracles for fp32 and every KV dtype, CUDA model vs CPU model, cuda
-#      pool export/import), plus the CPU attention oracle against its
-#      double-precision reference and the CPU typed-page tests
+#      pool export/import, the cuda PageCopier), plus the CPU attention
+#      oracle against its double-precision reference and the CPU typed-page
+#      tests
 #   4. the Python package on a cuda pool (tests/python/test_pool_cuda.py:
 #      radixkvd --pool=cuda, pages written through torch CUDA tensors and
 #      read by a second Python process) under the first python3 that has
 #      torch with CUDA, grpcio, protobuf, numpy, xxhash and pytest
 #      ($PYTHON, else python3 on PATH, else /usr/bin/python3); skipped, and
 #      said so, where there is none
-#   5. gpu_bench (copy_pages / offload / write_kv / attention, JSON lines)
-#   6. radixkv-worker bench --device cuda for the small and base models with
+#   5. tier copy bandwidth (gpu_bench --only=tier_copy): a cuda pool's
+#      PageCopier moving scattered pages to pinned host memory and back,
+#      against one cudaMemcpyAsync of the same bytes; FAIL when a 2 MiB-page
+#      direction reaches less than 0.70 of that ceiling; whether it reaches
+#      40 GB/s (PCIe Gen5) is reported, not required
+#   6. gpu_bench, every other section (copy_pages / offload / write_kv /
+#      attention / kv_dtype, JSON lines)
+#   7. radixkv-worker bench --device cuda for the small and base models with
 #      ~90 % of the prompt cached (and the CPU for comparison)
-#   7. the KV dtype table on the device (bench/gpu/kv_dtype_table.sh
+#   8. the KV dtype table on the device (bench/gpu/kv_dtype_table.sh
 #      --device cuda: bytes per token, logit error, greedy agreement and
 #      TTFT for fp32, fp16, bf16, fp8 E4M3 / E5M2 and int8 pages)
 #
@@ -84,7 +91,7 @@ fi
 section "build (GPU-relevant targets, -j$JOBS)"
 WANT=(radixkv_gpu radixkv_worker radixkv-worker kernels_cuda_test
       kernels_quant_cuda_test model_cuda_test radixkv_cuda_pool_test
-      attention_cpu_test kernels_quant_test gpu_bench radixkvd radixkvctl
+      radixkv_page_copier_cuda_test attention_cpu_test kernels_quant_test gpu_bench radixkvd radixkvctl
       radixkv_python)
 AVAILABLE="$(cmake --build "$BUILD" --target help 2>/dev/null)"
 TARGETS=()
@@ -145,10 +152,47 @@ else
   fi
 fi
 
-section "gpu_bench"
 GPU_BENCH="$BUILD/bench/gpu/gpu_bench"
+# The value of "key" in a one-line JSON object.
+field() { grep -o "\"$2\":[^,}]*" <<<"$1" | head -1 | sed -e 's/^[^:]*://' -e 's/"//g'; }
+
+section "tier copy bandwidth"
 if [[ -x "$GPU_BENCH" ]]; then
-  timeout 240 "$GPU_BENCH"
+  tier_out="$(timeout 120 "$GPU_BENCH" --only=tier_copy)"
+  rc=$?
+  echo "$tier_out"
+  if [[ $rc -eq 77 ]]; then
+    no_gpu=1
+    echo "tier copy: no usable CUDA device (exit 77)"
+  elif [[ $rc -ne 0 ]]; then
+    fail "gpu_bench --only=tier_copy exited $rc"
+  else
+    n2=0
+    while read -r j; do
+      [[ "$(field "$j" page_bytes)" == 2097152 ]] || continue
+      n2=$((n2 + 1))
+      dir="$(field "$j" dir)" gbps="$(field "$j" gbps)" ratio="$(field "$j" ratio)"
+      memcpy="$(field "$j" memcpy_gbps)"
+      if awk -v r="$ratio" 'BEGIN { exit !(r >= 0.70) }'; then
+        echo "tier copy: 2 MiB pages $dir: $gbps GB/s, $ratio of one cudaMemcpyAsync ($memcpy GB/s): ok (>= 0.70)"
+      else
+        fail "tier copy: 2 MiB pages $dir: $gbps GB/s is $ratio of one cudaMemcpyAsync ($memcpy GB/s), below 0.70"
+      fi
+      if awk -v g="$gbps" 'BEGIN { exit !(g >= 40) }'; then
+        echo "tier copy: 2 MiB pages $dir: $gbps GB/s meets the 40 GB/s PCIe Gen5 target"
+      else
+        echo "tier copy: note: 2 MiB pages $dir: $gbps GB/s is below the 40 GB/s PCIe Gen5 target (not a failure: the link may be Gen4)"
+      fi
+    done < <(grep '"bench":"tier_copy"' <<<"$tier_out")
+    [[ $n2 -gt 0 ]] || fail "tier copy: no 2 MiB-page result"
+  fi
+else
+  fail "gpu_bench was not built"
+fi
+
+section "gpu_bench"
+if [[ -x "$GPU_BENCH" ]]; then
+  timeout 240 "$GPU_BENCH" --skip=tier_copy
   rc=$?
   if [[ $rc -eq 77 ]]; then
     no_gpu=1

@@ -8,6 +8,12 @@
 //   offload        device -> pinned host and back, 2 MiB pages, through
 //                  copy_pages into mapped pinned memory and through batched
 //                  cudaMemcpyAsync; GB/s of bytes moved (one direction)
+//   tier_copy      a cuda PagePool's PageCopier moving scattered 2 MiB and
+//                  256 KiB pages to its pinned host memory (d2h) and back
+//                  (h2d), batch issued to batch waited; GB/s, and the ratio
+//                  to one cudaMemcpyAsync of the same bytes between a
+//                  cudaMalloc buffer and that host memory (timed the same
+//                  way), the transport's ceiling
 //   write_kv       new K/V of many tokens scattered into pages (base model
 //                  geometry); GB/s of bytes written
 //   attention      attention_prefix_suffix on the device vs the CPU oracle
@@ -17,9 +23,10 @@
 //                  prefill, whether the device pages equal the CPU write_kv's
 //                  bit for bit, and the attention's max diff from the CPU
 //
-// Usage: gpu_bench [--quick] [--peak_gbps=N] (--help describes them). Exit
-// codes: 0 ok, 1 a CUDA or kernel error, 3 a bad argument, 77 no usable CUDA
-// device (nothing measured).
+// Usage: gpu_bench [--quick] [--peak_gbps=N] [--only=SECTION,...]
+// [--skip=SECTION,...] (--help describes them; every section runs by
+// default). Exit codes: 0 ok, 1 a CUDA or kernel error, 3 a bad argument,
+// 77 no usable CUDA device (nothing measured).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,7 +37,9 @@
 #include <cstring>
 #include <iterator>
 #include <numeric>
+#include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,7 +50,9 @@
 #include "gpu/attention.h"
 #include "gpu/cuda_kernels_util.h"
 #include "gpu/kv_ops.h"
+#include "gpu/page_copier.h"
 #include "gpu/page_layout.h"
+#include "gpu/pool.h"
 
 namespace radixkv::gpu {
 namespace {
@@ -219,6 +230,90 @@ void BenchOffload(cudaStream_t s, bool quick) {
   report("memcpy_async", "h2d", TimeMs(s, reps, [&] { return memcpy_batch(false); }));
 }
 
+// Median milliseconds, by the wall clock, of `reps` runs of fn() (which
+// returns once its copies are done) after one warm-up run.
+template <typename Fn>
+double WallMs(int reps, Fn fn) {
+  BENCH_CHECK(fn());
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    BENCH_CHECK(fn());
+    ms.push_back(std::chrono::duration<double, std::milli>(
+                     std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// The host tier's transport: PageCopier batches of scattered pool pages to
+// consecutive pinned slots and back, against one cudaMemcpyAsync of the same
+// bytes between a cudaMalloc buffer and the same pinned memory.
+void BenchTierCopy(cudaStream_t s, bool quick) {
+  const uint64_t pool_bytes = (quick ? 512ull : 2048ull) << 20;
+  const uint64_t moved = pool_bytes / 2;  // per batch
+  const int reps = quick ? 3 : 10;
+  for (uint64_t page_bytes : {2ull << 20, 256ull << 10}) {
+    PoolSpec spec;
+    spec.backend = Backend::kCuda;
+    spec.device = 0;
+    spec.bytes = pool_bytes;
+    auto pool = CreatePagePool(spec, page_bytes);
+    BENCH_CHECK(pool.status());
+    auto copier = CreatePageCopier(**pool);
+    BENCH_CHECK(copier.status());
+    auto host = (*copier)->AllocateHost(moved);
+    BENCH_CHECK(host.status());
+    auto dev = CudaKernelBuffer::Create(moved);
+    BENCH_CHECK(dev.status());
+    const uint64_t pages = moved / page_bytes;
+    std::vector<uint64_t> out = Shuffled((*pool)->capacity_pages(), 10),
+                          in = Shuffled((*pool)->capacity_pages(), 11);
+    out.resize(pages);
+    in.resize(pages);
+    std::vector<void*> dst;
+    for (uint64_t i = 0; i < pages; ++i) dst.push_back((*host)->data() + i * page_bytes);
+    const std::vector<const void*> src(dst.begin(), dst.end());
+    std::unique_ptr<PageCopier::Batch> batch = (*copier)->NewBatch();
+    const double out_ms = WallMs(reps, [&] {
+      batch->CopyOut(out, dst);
+      return batch->Wait();
+    });
+    const double in_ms = WallMs(reps, [&] {
+      batch->CopyIn(src, in);
+      return batch->Wait();
+    });
+    auto one_copy = [&](bool d2h) {
+      return WallMs(reps, [&] {
+        cudaError_t e = d2h ? cudaMemcpyAsync((*host)->data(), dev->get(), moved,
+                                              cudaMemcpyDeviceToHost, s)
+                            : cudaMemcpyAsync(dev->get(), (*host)->data(), moved,
+                                              cudaMemcpyHostToDevice, s);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+        return Cuda(e, "cudaMemcpyAsync");
+      });
+    };
+    const double ref_out_ms = one_copy(true), ref_in_ms = one_copy(false);
+    auto report = [&](const char* dir, double ms, double ref_ms) {
+      const double gbps = double(moved) / (ms * 1e-3) / 1e9;
+      const double ref_gbps = double(moved) / (ref_ms * 1e-3) / 1e9;
+      PrintLine({{"bench", "tier_copy"},
+                 {"dir", dir},
+                 {"page_bytes", page_bytes},
+                 {"pages", pages},
+                 {"pinned", (*host)->pinned()},
+                 {"ms", Rounded(ms, 3)},
+                 {"gbps", Rounded(gbps, 1)},
+                 {"memcpy_gbps", Rounded(ref_gbps, 1)},
+                 {"ratio", Rounded(gbps / ref_gbps, 3)},
+                 {"target_gbps", 40},
+                 {"target_ratio", 0.7}});
+    };
+    report("d2h", out_ms, ref_out_ms);
+    report("h2d", in_ms, ref_in_ms);
+  }
+}
+
 void BenchWriteKv(cudaStream_t s, bool quick) {
   // The base model's layout: 8 layers, 4 kv heads, 16-token pages, dim 64.
   const PageGeometry g{8, 4, 16, 64, 4};
@@ -393,12 +488,21 @@ int main(int argc, char** argv) {
   using namespace radixkv::gpu;
   bool quick = false;
   double peak = 4800;
+  const std::vector<std::string> sections = {"copy_pages", "offload", "tier_copy",
+                                             "write_kv", "attention", "kv_dtype"};
+  std::vector<std::string> only, skip;
   CLI::App app("throughput of the page kernels on a CUDA device (JSON lines)",
                "gpu_bench");
   app.add_flag("--quick", quick, "smaller pools, fewer repetitions and shapes");
   app.add_option("--peak_gbps", peak,
                  "HBM peak in GB/s that copy_pages is compared with")
       ->capture_default_str();
+  app.add_option("--only", only, "run only these sections (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(sections));
+  app.add_option("--skip", skip, "skip these sections (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(sections));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -424,11 +528,18 @@ int main(int argc, char** argv) {
                 Rounded(prop.totalGlobalMem / double(1ull << 30), 1)},
                {"quick", quick}});
   }
+  const std::set<std::string> only_set(only.begin(), only.end()),
+      skip_set(skip.begin(), skip.end());
+  auto want = [&](const char* section) {
+    return (only_set.empty() || only_set.count(section) > 0) &&
+           skip_set.count(section) == 0;
+  };
   Stream stream;
-  BenchCopyPages(stream.get(), quick, peak);
-  BenchOffload(stream.get(), quick);
-  BenchWriteKv(stream.get(), quick);
-  BenchAttention(stream.get(), quick);
-  BenchKvDtypes(stream.get(), quick);
+  if (want("copy_pages")) BenchCopyPages(stream.get(), quick, peak);
+  if (want("offload")) BenchOffload(stream.get(), quick);
+  if (want("tier_copy")) BenchTierCopy(stream.get(), quick);
+  if (want("write_kv")) BenchWriteKv(stream.get(), quick);
+  if (want("attention")) BenchAttention(stream.get(), quick);
+  if (want("kv_dtype")) BenchKvDtypes(stream.get(), quick);
   return 0;
 }

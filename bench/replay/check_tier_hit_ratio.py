@@ -1,18 +1,23 @@
 #!/usr/bin/python3
-"""Cross-check of the two-tier policy: radixkvd with a disk tier below its
-page pool against the independent simulation (bench/sim/tiered_sim.py),
+"""Cross-check of the tiered policy: radixkvd with tiers below its page
+pool against the independent simulation (bench/sim/tiered_sim.py),
 request for request on a Mooncake trace.
 
 Starts radixkvd with a host pool of CAPACITY pages (the replay's tiny
-layout: 512-byte pages at 16 tokens per block) and a disk tier in a
-temporary directory sized for TIER blocks, replays the trace through the
-raw stub with one client (Acquire with allocation, Commit of every new
-block), and compares the hit ratio (matched + promoted blocks over all
-blocks) with the simulation of the same pool and tier. Exit 1 when they
-differ or the tier dropped a block (staging full, write error).
+layout: 512-byte pages at 16 tokens per block), a host tier of HOST blocks
+(none with --host=0) and a disk tier in a temporary directory sized for
+TIER blocks (none with --tier=0), replays the trace through the raw stub
+with one client (Acquire with allocation, Commit of every new block), and
+compares the hit ratio (matched + promoted blocks over all blocks) with
+the simulation of the same pool and one lower tier of HOST + TIER blocks:
+a host tier that passes its least recently stored blocks down to the disk
+tier, and takes only the newest of an eviction larger than itself, keeps
+one least-recently-demoted order across both. Exit 1 when they differ or
+a tier dropped a block (staging full, write error).
 
   bench/replay/check_tier_hit_ratio.py --build_dir=build/lead \
-      [--capacity=3000] [--tier=30000] [--requests=0] [--tier_dir=/tmp]
+      [--capacity=3000] [--host=0] [--tier=30000] [--requests=0] \
+      [--tier_dir=/tmp]
 """
 
 import argparse
@@ -37,7 +42,10 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--build_dir", required=True)
     p.add_argument("--capacity", type=int, default=3000)
-    p.add_argument("--tier", type=int, default=30000)
+    p.add_argument("--host", type=int, default=0,
+                   help="host tier blocks above the disk tier (0: none)")
+    p.add_argument("--tier", type=int, default=30000,
+                   help="disk tier blocks (0: none)")
     p.add_argument("--requests", type=int, default=0, help="0: the whole trace")
     p.add_argument("--tier_dir", default="/tmp")
     args = p.parse_args(argv)
@@ -54,12 +62,19 @@ def main(argv):
     # Exactly TIER slots (docs/TIERS.md, layout): a 4 KiB superblock, a
     # 128-byte header per slot padded to 4 KiB, then 4 KiB data slots.
     tier_bytes = 4096 + -(-args.tier * 128 // 4096) * 4096 + args.tier * 4096
+    tiers = []
+    if args.host:
+        tiers.append("host,bytes=%d" % (args.host * PAGE_BYTES))
+    if args.tier:
+        tiers.append("disk,path=%s,bytes=%d,demote=wait" % (work, tier_bytes))
+    if not tiers:
+        p.error("--host=0 and --tier=0: no tier to check")
     daemon = subprocess.Popen(
         [os.path.join(args.build_dir, "daemon", "radixkvd"), "--socket=" + sock,
          "--metrics_listen=",
          "--pool=host,bytes=%d,page_bytes=%d" % (args.capacity * PAGE_BYTES,
                                                  PAGE_BYTES),
-         "--tier=disk,path=%s,bytes=%d,demote=wait" % (work, tier_bytes),
+         "--tier=" + ";".join(tiers),
          "--max_pinned_pages_per_session=%d" % args.capacity,
          "--max_prompt_tokens=1048576"],
         stdout=log, stderr=log)
@@ -81,19 +96,25 @@ def main(argv):
         daemon.terminate()
         daemon.wait(timeout=60)
         log.close()
-    tier = st.get("tier", {})
-    slots = int(tier.get("capacityBlocks", tier.get("capacity_blocks", 0)))
+    def field(t, name):
+        camel = name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
+        return int(t.get(camel, t.get(name, 0)))
+
+    slots = dropped = 0
+    for t in st.get("tiers", []):
+        slots += field(t, "capacity_blocks")
+        dropped += field(t, "dropped_full") + field(t, "dropped_error")
+        print("radixkvd tier %s: %d blocks, %d demoted, %d promoted, "
+              "%d forgotten or moved down, %d dropped" % (
+                  t.get("kind"), field(t, "capacity_blocks"),
+                  field(t, "demoted_blocks"), field(t, "promoted_blocks"),
+                  field(t, "forgotten_blocks"),
+                  field(t, "dropped_full") + field(t, "dropped_error")))
     sim = tiered_sim.run(trace, args.capacity, slots)
-    dropped = int(tier.get("droppedFull", tier.get("dropped_full", 0))) + \
-        int(tier.get("droppedError", tier.get("dropped_error", 0)))
-    print("radixkvd: matched %d, hit_ratio %.6f (tier of %d blocks: %s "
-          "demoted, %s promoted, %d dropped)" % (got["matched_blocks"],
-                                                 got["hit_ratio"], slots,
-                                     tier.get("demoted_blocks", "?"),
-                                     tier.get("promoted_blocks", "?"), dropped))
+    print("radixkvd: matched %d, hit_ratio %.6f (tiers of %d blocks in all)" % (
+        got["matched_blocks"], got["hit_ratio"], slots))
     print("simulation: matched %d, hit_ratio %.6f (%d promoted)" % (
         sim["matched_blocks"], sim["hit_ratio"], sim["promoted_blocks"]))
-    print("tier stats: " + json.dumps(tier, sort_keys=True))
     shutil.rmtree(work, ignore_errors=True)
     if dropped:
         print("FAIL: the tier dropped blocks; the comparison is void")

@@ -129,15 +129,32 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
   kv.Add("namespaces", HumanCount(st.namespaces()));
   kv.Add("refused", absl::StrCat(HumanCount(st.permission_denied()),
                                  " calls (identity or role)"));
-  if (st.has_tier()) {
-    const v1::TierStats& t = st.tier();
-    kv.Add("tier", absl::StrCat(
-        t.kind(), ": ", PagesWithBytes(t.blocks(), pb), " of ",
-        HumanCount(t.capacity_blocks()), ", ", HumanCount(t.demoted_blocks()),
-        " demoted, ", HumanCount(t.promoted_blocks()), " promoted, ",
-        HumanCount(t.forgotten_blocks()), " forgotten, ",
-        HumanCount(t.dropped_full() + t.dropped_error()), " dropped, ",
-        HumanCount(t.checksum_failures()), " checksum failures"));
+  // One line per tier below the pool, top to bottom. An older daemon
+  // reports its one tier in `tier` only.
+  std::vector<const v1::TierStats*> tiers;
+  for (const v1::TierStats& t : st.tiers()) tiers.push_back(&t);
+  if (tiers.empty() && st.has_tier()) tiers.push_back(&st.tier());
+  for (const v1::TierStats* t : tiers) {
+    std::string line = absl::StrCat(
+        PagesWithBytes(t->blocks(), pb), " of ",
+        HumanCount(t->capacity_blocks()), ", ",
+        HumanCount(t->demoted_blocks()), " demoted, ",
+        HumanCount(t->promoted_blocks()), " promoted, ",
+        HumanCount(t->forgotten_blocks()),
+        t->kind() == "host" ? " moved down or forgotten, " : " forgotten, ",
+        HumanCount(t->dropped_full() + t->dropped_error()), " dropped");
+    if (t->kind() == "disk") {
+      absl::StrAppend(&line, ", ", HumanCount(t->checksum_failures()),
+                      " checksum failures");
+    }
+    if (t->kind() == "host") {
+      absl::StrAppend(&line, t->pinned() ? ", pinned" : ", not pinned");
+    }
+    if (t->copy_errors() != 0) {
+      absl::StrAppend(&line, ", ", HumanCount(t->copy_errors()),
+                      " failed copies");
+    }
+    kv.Add(absl::StrCat("tier ", t->kind()), line);
   }
   kv.Add("invariants", st.invariants_ok() ? "ok" : "VIOLATED");
   kv.Print(out);

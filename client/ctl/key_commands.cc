@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "client/client.h"
@@ -86,6 +87,16 @@ int RunMatch(Context& ctx) {
             tokens, Percent(resp.matched_tokens(), tokens),
             tail == 0 ? "" : absl::StrCat("; the last ", tail,
                                           " tokens do not fill a block"));
+        if (resp.tier_matched_blocks() != 0) {
+          std::vector<std::string> parts;
+          for (const v1::TierBlockCount& c : resp.tier_matched()) {
+            if (c.blocks() != 0) parts.push_back(absl::StrCat(c.blocks(), " ", c.kind()));
+          }
+          out << absl::StrFormat(
+              "then %u more blocks in the tiers below the pool (%s): an "
+              "Acquire would promote them\n",
+              resp.tier_matched_blocks(), absl::StrJoin(parts, ", "));
+        }
       });
 }
 
@@ -113,7 +124,7 @@ void PrintExplain(const v1::ExplainResponse& resp, uint32_t page_size,
         << "): " << resp.matched_blocks() << " of " << resp.total_blocks()
         << " blocks cached";
     if (resp.tier_blocks() != 0) {
-      out << ", " << resp.tier_blocks() << " more in the tier below the pool";
+      out << ", " << resp.tier_blocks() << " more in the tiers below the pool";
     }
     out << "\n";
   }

@@ -400,8 +400,11 @@ TEST(DiskTier, CorruptedDataByteStopsTakeAndDropsTheBlock) {
 
   Pages dst(4, 8192);
   std::vector<BlockKey> keys = Keys(0, 4);
-  EXPECT_EQ(tier->Take(keys, dst.ptrs()), 2u);
+  std::vector<BlockKey> dropped;
+  EXPECT_EQ(tier->Take(keys, dst.ptrs(), &dropped), 2u);
   EXPECT_EQ(dst.at(1), Page(1, 8192));
+  // The dropped block is reported (for its KV event), the one after is not.
+  EXPECT_EQ(dropped, std::vector<BlockKey>{Key(2)});
   DiskTierStats s = tier->stats();
   EXPECT_EQ(s.checksum_failures, 1u);
   EXPECT_EQ(s.promotions, 2u);

@@ -45,7 +45,7 @@ echo "$out"
 # on or off): at least one, each reported.
 grep -qE "^gpu-test:[A-Za-z0-9_]+ +(PASS|SKIP) " <<<"$out" || fail "no gpu-test line"
 for check in bundle device cuda-pool-2-processes \
-             copy-vs-hbm host-device write-kv attention attention-kv-dtypes \
+             copy-vs-hbm host-device tier-copy write-kv attention attention-kv-dtypes \
              worker-ttft kv-dtype; do
   grep -qE "^$check +(PASS|SKIP) " <<<"$out" || fail "no PASS/SKIP line for $check"
 done

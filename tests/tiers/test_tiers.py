@@ -1,6 +1,6 @@
-"""The disk tier below the page pool, end to end (docs/TIERS.md): real
+"""The tiers below the page pool, end to end (docs/TIERS.md): real
 radixkvd processes, the reference worker writing and reading real pages,
-a real tier file.
+host tier memory and a real tier file.
 
 A 16-page pool holds two of the four 8-block prompts, so a pass over all
 four evicts the first ones to the tier; the next pass finds them there,
@@ -51,11 +51,25 @@ def tier_dir(tmp_path):
     return str(d)
 
 
-def start(tier_dir, *extra, tier_bytes="4MiB"):
-    d = Daemon(binary("RADIXKVD"),
-               [f"--tier=disk,path={tier_dir},bytes={tier_bytes}", *extra], POOL)
+def start(tier_dir, *extra, tier_bytes="4MiB", spec=None):
+    spec = spec or f"disk,path={tier_dir},bytes={tier_bytes}"
+    d = Daemon(binary("RADIXKVD"), [f"--tier={spec}", *extra], POOL)
     d.start()
     return d
+
+
+# The tier configurations every end-to-end case runs under: a disk tier, a
+# host tier, and a small host tier (6 blocks) above a disk tier, so that
+# blocks move on down from host memory to the file.
+CHAINS = {
+    "disk": "disk,path={dir},bytes=4MiB",
+    "host": "host,bytes=1MiB",
+    "host+disk": f"host,bytes={6 * PAGE_BYTES};disk,path={{dir}},bytes=4MiB",
+}
+
+
+def tiers_by_kind(stats):
+    return {t.kind: t for t in stats.tiers}
 
 
 def run_worker(prompts, endpoint=None):
@@ -79,31 +93,52 @@ def check_equal(got, reference):
         assert g["generated"] == r["generated"], (g, r)
 
 
-def test_evicted_blocks_come_back_from_the_tier(prompts, tier_dir, reference):
-    d = start(tier_dir)
+@pytest.mark.parametrize("chain", list(CHAINS))
+def test_evicted_blocks_come_back_from_the_tier(prompts, tier_dir, reference,
+                                                chain):
+    d = start(tier_dir, spec=CHAINS[chain].format(dir=tier_dir))
     try:
         first = run_worker(prompts, "unix:" + d.sock)
         assert all(r["matched_tokens"] == 0 for r in first), first
         s = d.stats()
-        assert s.tier.kind == "disk" and s.tier.demoted_blocks >= 16, s.tier
-        # Explain sees prompt 0 in the tier, Match counts it there.
+        kinds = tiers_by_kind(s)
+        assert list(kinds) == chain.split("+"), s.tiers
+        assert s.tier == s.tiers[0]  # the top tier, for one-tier readers
+        # 16 blocks left the pool, and every one is in a tier.
+        assert sum(t.demoted_blocks for t in s.tiers) - \
+            sum(t.forgotten_blocks for t in s.tiers[:-1]) >= 16, s.tiers
+        assert all(t.dropped_full == 0 for t in s.tiers), s.tiers
+        if chain == "host+disk":
+            # The 6-block host tier holds the newest; older blocks went on
+            # down, straight or after a while in host memory.
+            assert kinds["host"].blocks == 6, kinds["host"]
+            assert kinds["disk"].blocks >= 10, kinds["disk"]
+        if "host" in kinds:
+            assert not kinds["host"].pinned  # a host pool's tier: plain memory
+        # Explain sees prompt 0 in the tiers, Match counts it there.
         ns = d.admin.ListNamespaces(pb.ListNamespacesRequest()).namespaces[0].namespace
         with open(prompts) as f:
             tokens = [int(t) for t in f.readline().split()]
         e = d.admin.Explain(pb.ExplainRequest(namespace=ns, tokens=tokens))
         assert e.matched_blocks == 0 and e.tier_blocks == 8, e
         assert all(b.state == pb.BLOCK_STATE_IN_TIER for b in e.blocks), e
+        where = [b.tier for b in e.blocks]
+        assert set(where) <= set(kinds) and all(where), where
         kv = pb_grpc.KvCacheStub(d._channel)
         m = kv.Match(pb.MatchRequest(namespace=ns, tokens=tokens))
         assert (m.matched_blocks, m.tier_matched_blocks) == (0, 8), m
+        assert [c.kind for c in m.tier_matched] == list(kinds), m
+        assert {c.kind: c.blocks for c in m.tier_matched} == \
+            {k: where.count(k) for k in kinds}, (m, where)
         second = run_worker(prompts, "unix:" + d.sock)
         check_equal(second, reference)
         # Prompt 0 was evicted by prompts 2 and 3: all of it came back up.
         assert second[0]["matched_tokens"] >= PROMPT_TOKENS - 16, second[0]
         s = d.stats()
-        assert s.tier.promoted_blocks >= 7, s.tier
-        assert s.tier.checksum_failures == 0
-        assert sum(s.tier.promotion_seconds_counts) >= 1
+        assert sum(t.promoted_blocks for t in s.tiers) >= 7, s.tiers
+        assert all(t.checksum_failures == 0 and t.copy_errors == 0
+                   for t in s.tiers), s.tiers
+        assert sum(sum(t.promotion_seconds_counts) for t in s.tiers) >= 1
         assert s.invariants_ok
     finally:
         d.stop()
@@ -152,6 +187,91 @@ def test_sigkill_during_demotion_serves_no_wrong_bytes(prompts, tier_dir,
 SMALL_TIER_BYTES = 4096 + 4096 + 10 * PAGE_BYTES
 
 
+def collect_events(sub):
+    counts = {}
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        if not sub.poll(500):
+            break
+        _, _, payload = sub.recv_multipart()
+        for ev in msgpack_unpack(payload)[1]:
+            key = (ev["type"], ev.get("medium"))
+            counts[key] = counts.get(key, 0) + len(ev.get("block_hashes", []))
+    return counts
+
+
+def msgpack_unpack(payload):
+    import msgpack
+    return msgpack.unpackb(payload, raw=False)
+
+
+def test_host_and_disk_tier_moves_are_kv_events_with_their_media(
+        prompts, tier_dir, tmp_path):
+    pytest.importorskip("msgpack")
+    zmq = pytest.importorskip("zmq")
+    endpoint = f"ipc://{tmp_path}/events.ipc"
+    d = start(tier_dir, f"--kv_events_endpoint={endpoint}",
+              spec=CHAINS["host+disk"].format(dir=tier_dir))
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(endpoint)
+    time.sleep(0.3)
+    try:
+        run_worker(prompts, "unix:" + d.sock)
+        run_worker(prompts, "unix:" + d.sock)
+        kinds = tiers_by_kind(d.stats())
+        counts = collect_events(sub)
+    finally:
+        sub.close()
+        d.stop()
+    host, disk = kinds["host"], kinds["disk"]
+    # A host tier below a host pool has a medium of its own: CPU_TIER. A
+    # block stored there was removed from it again when it was promoted or
+    # moved down; a block moved down was stored on DISK.
+    assert counts.get(("BlockStored", "CPU_TIER"), 0) == host.demoted_blocks, counts
+    assert counts.get(("BlockRemoved", "CPU_TIER"), 0) == \
+        host.promoted_blocks + host.forgotten_blocks, (counts, host)
+    assert counts.get(("BlockStored", "DISK"), 0) == disk.demoted_blocks, counts
+    assert counts.get(("BlockRemoved", "DISK"), 0) == \
+        disk.promoted_blocks + disk.forgotten_blocks, (counts, disk)
+    # The disk tier took what host memory passed down, and the blocks of
+    # evictions larger than host memory straight from the pool.
+    assert disk.demoted_blocks >= host.forgotten_blocks > 0, (host, disk)
+
+
+def test_a_restart_keeps_the_disk_tier_not_the_host_tier(prompts, tier_dir,
+                                                         reference):
+    spec = CHAINS["host+disk"].format(dir=tier_dir)
+    d = start(tier_dir, spec=spec)
+    run_worker(prompts, "unix:" + d.sock)
+    on_disk = tiers_by_kind(d.stats())["disk"].blocks
+    d.stop()
+    d = start(tier_dir, spec=spec)
+    try:
+        kinds = tiers_by_kind(d.stats())
+        assert kinds["host"].blocks == 0, kinds["host"]
+        assert kinds["disk"].reloaded_blocks == on_disk > 0, kinds["disk"]
+        # What the disk tier reloaded is there again, block for block;
+        # Explain finds none of it in the host tier.
+        ns = None
+        found = 0
+        with open(prompts) as f:
+            lines = [[int(t) for t in line.split()] for line in f]
+        for tokens in lines:
+            spaces = d.admin.ListNamespaces(pb.ListNamespacesRequest()).namespaces
+            if not spaces:
+                break
+            ns = spaces[0].namespace
+            e = d.admin.Explain(pb.ExplainRequest(namespace=ns, tokens=tokens))
+            found += sum(b.tier == "disk" for b in e.blocks)
+            assert all(b.tier != "host" for b in e.blocks), e
+        again = run_worker(prompts, "unix:" + d.sock)
+        check_equal(again, reference)
+        assert ns is None or found == on_disk, (found, on_disk)
+    finally:
+        d.stop()
+
+
 @pytest.mark.parametrize("tier_bytes", ["4MiB", str(SMALL_TIER_BYTES)])
 def test_tier_moves_are_kv_events_with_their_medium(prompts, tier_dir, tmp_path,
                                                     tier_bytes):
@@ -190,13 +310,96 @@ def test_tier_moves_are_kv_events_with_their_medium(prompts, tier_dir, tmp_path,
     assert counts.get(("BlockRemoved", "CPU"), 0) >= s.demoted_blocks, counts
 
 
+def corrupt_one_stored_block(tier_dir):
+    """Flips a data byte of the first slot with a valid-looking header in
+    the tier file (docs/TIERS.md, layout); returns that slot."""
+    import struct
+    path = os.path.join(tier_dir, "radixkv-tier.dat")
+    with open(path, "r+b") as f:
+        sb = f.read(64)
+        stride, slots, data_offset = struct.unpack_from("<QQQ", sb, 24)
+        for i in range(slots):
+            f.seek(4096 + 128 * i)
+            if f.read(8) == b"RKVTSLOT":
+                f.seek(data_offset + i * stride + 100)
+                b = f.read(1)
+                f.seek(data_offset + i * stride + 100)
+                f.write(bytes([b[0] ^ 0x40]))
+                return i
+    raise AssertionError("no stored block in the tier file")
+
+
+def cached_reference(tmp_path, tokens, cached):
+    """The worker's answer for `tokens` when exactly their first `cached`
+    tokens are cached (written by a prefill of those tokens alone, through
+    a daemon without tiers). A partly cached prompt's logits are
+    deterministic but not bit-identical to a full prefill's."""
+    first = tmp_path / "cached_part.txt"
+    whole = tmp_path / "whole.txt"
+    first.write_text(" ".join(map(str, tokens[:cached])) + "\n")
+    whole.write_text(" ".join(map(str, tokens)) + "\n")
+    d = Daemon(binary("RADIXKVD"), [], POOL)
+    d.start()
+    try:
+        run_worker(str(first), "unix:" + d.sock)
+        got = run_worker(str(whole), "unix:" + d.sock)[0]
+    finally:
+        d.stop()
+    assert got["matched_tokens"] == cached, got
+    return got
+
+
+def test_a_corrupt_block_is_a_miss_and_a_removal_event(prompts, tier_dir,
+                                                       tmp_path, reference):
+    pytest.importorskip("msgpack")
+    zmq = pytest.importorskip("zmq")
+    d = start(tier_dir)
+    run_worker(prompts, "unix:" + d.sock)
+    d.stop()
+    corrupt_one_stored_block(tier_dir)
+    endpoint = f"ipc://{tmp_path}/events.ipc"
+    d = start(tier_dir, f"--kv_events_endpoint={endpoint}")
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(endpoint)
+    time.sleep(0.3)
+    try:
+        # Every block is asked for, so the corrupt one is read and fails.
+        got = run_worker(prompts, "unix:" + d.sock)
+        run_worker(prompts, "unix:" + d.sock)
+        t = d.stats().tier
+        counts = collect_events(sub)
+    finally:
+        sub.close()
+        d.stop()
+    assert t.checksum_failures == 1, t
+    # The corrupt block and those after it were computed again: each answer
+    # is the one its cached prefix (promoted, verified blocks only) gives.
+    with open(prompts) as f:
+        rows = [[int(x) for x in line.split()] for line in f]
+    for g, r, tokens in zip(got, reference, rows):
+        if g["matched_tokens"] in (0, PROMPT_TOKENS - 1):
+            check_equal([g], [r])
+        else:
+            check_equal([g], [cached_reference(tmp_path, tokens,
+                                               g["matched_tokens"])])
+    assert counts.get(("BlockRemoved", "DISK"), 0) == \
+        t.promoted_blocks + t.forgotten_blocks + t.checksum_failures, (counts, t)
+
+
 @pytest.mark.parametrize("tier,pool,want", [
     ("disk,path=/nonexistent/dir,bytes=1MiB", POOL, "--tier=disk"),
     ("disk,path={file},bytes=1MiB", POOL, "--tier=disk"),
     ("disk,path={dir},bytes=100", POOL, "--tier=disk"),
     ("disk,path={dir}", POOL, "bytes= is required"),
     ("disk,path={dir},bytes=1MiB,speed=9", POOL, "unknown key 'speed'"),
-    ("host,bytes=1GiB", POOL, "not built yet"),
+    ("host,bytes=100", POOL, "--tier=host: bytes=100 holds no page"),
+    ("host,bytes=1MiB,path=/tmp", POOL, "host: unknown key 'path'"),
+    ("host,bytes=1MiB;host,bytes=1MiB", POOL, "same kind of tier twice"),
+    ("disk,path={dir},bytes=1MiB;host,bytes=1MiB", POOL, "host tier goes above"),
+    ("host,bytes=1MiB", "host,bytes=64KiB", "page_bytes="),
+    ("host,bytes=1MiB", "none,pages=16", "none pool"),
+    ("tape,bytes=1MiB", POOL, "unknown tier kind 'tape'"),
     ("disk,path={dir},bytes=1MiB", "host,bytes=64KiB", "page_bytes="),
     ("disk,path={dir},bytes=1MiB", "none,pages=16", "none pool"),
 ])

@@ -1,0 +1,237 @@
+#include "daemon/host_tier.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace radixkv::daemon {
+
+using disk_tier::kNoSlot;
+
+absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Open(gpu::Backend backend,
+                                                         int device,
+                                                         uint64_t bytes,
+                                                         uint64_t page_bytes) {
+  if (page_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "--tier=host: the pool's page size is 0 (a none pool has no bytes)");
+  }
+  const uint64_t slots = bytes / page_bytes;
+  if (slots == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=host: bytes=", bytes, " holds no page of ", page_bytes,
+        " bytes"));
+  }
+  if (slots >= kNoSlot) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=host: bytes=", bytes, " makes ", slots, " slots of ",
+        page_bytes, " bytes; at most ", kNoSlot - 1));
+  }
+  absl::StatusOr<std::unique_ptr<gpu::HostMemory>> memory =
+      gpu::AllocateHostMemory(backend, device, slots * page_bytes);
+  if (!memory.ok()) {
+    return absl::Status(memory.status().code(),
+                        absl::StrCat("--tier=host: ", memory.status().message()));
+  }
+  return std::unique_ptr<HostTier>(
+      new HostTier(*std::move(memory), page_bytes, slots));
+}
+
+HostTier::HostTier(std::unique_ptr<gpu::HostMemory> memory,
+                   uint64_t page_bytes, uint64_t slots)
+    : memory_(std::move(memory)), page_bytes_(page_bytes), slot_count_(slots) {
+  absl::MutexLock l(&mu_);
+  slots_.resize(slots);
+  // The free list runs 0, 1, 2, ... so the first blocks fill the front.
+  for (uint64_t i = slots; i-- > 0;) {
+    slots_[i].next = free_head_;
+    free_head_ = static_cast<uint32_t>(i);
+  }
+  stats_.slots = slots;
+  stats_.pinned = memory_->pinned();
+}
+
+void HostTier::LruPushNewest(uint32_t slot) {
+  Slot& s = slots_[slot];
+  s.prev = lru_tail_;
+  s.next = kNoSlot;
+  if (lru_tail_ != kNoSlot) {
+    slots_[lru_tail_].next = slot;
+  } else {
+    lru_head_ = slot;
+  }
+  lru_tail_ = slot;
+}
+
+void HostTier::LruUnlink(uint32_t slot) {
+  Slot& s = slots_[slot];
+  if (s.prev != kNoSlot) {
+    slots_[s.prev].next = s.next;
+  } else {
+    lru_head_ = s.next;
+  }
+  if (s.next != kNoSlot) {
+    slots_[s.next].prev = s.prev;
+  } else {
+    lru_tail_ = s.prev;
+  }
+  s.prev = s.next = kNoSlot;
+}
+
+// Removes the slot's block from the index. A stored slot is freed now; a
+// slot being read is freed by Finish.
+void HostTier::Unindex(uint32_t slot) {
+  Slot& s = slots_[slot];
+  index_.erase(s.block.key);
+  s.live = false;
+  --stats_.used;
+  if (s.state == SlotState::kStored) {
+    LruUnlink(slot);
+    FreeSlot(slot);
+  }
+}
+
+void HostTier::FreeSlot(uint32_t slot) {
+  Slot& s = slots_[slot];
+  s.state = SlotState::kFree;
+  s.live = false;
+  s.prev = kNoSlot;
+  s.next = free_head_;
+  free_head_ = slot;
+}
+
+size_t HostTier::Reserve(absl::Span<const TierBlock> blocks,
+                         std::vector<Reservation>* out) {
+  absl::MutexLock l(&mu_);
+  size_t n = 0;
+  for (; n < blocks.size(); ++n) {
+    Reservation r;
+    r.block = blocks[n];
+    uint32_t slot = free_head_;
+    if (slot != kNoSlot) {
+      free_head_ = slots_[slot].next;
+    } else if (lru_head_ != kNoSlot) {
+      // The oldest stored block gives up its slot; its bytes stay there
+      // for the caller until Publish.
+      slot = lru_head_;
+      r.has_victim = true;
+      r.victim = slots_[slot].block;
+      index_.erase(slots_[slot].block.key);
+      --stats_.used;
+      LruUnlink(slot);
+      ++stats_.evictions;
+    } else {
+      stats_.dropped_full += blocks.size() - n;
+      break;
+    }
+    Slot& s = slots_[slot];
+    s.state = SlotState::kFilling;
+    s.live = false;
+    s.next = s.prev = kNoSlot;
+    r.slot = slot;
+    r.dst = address(slot);
+    ++stats_.filling;
+    out->push_back(r);
+  }
+  return n;
+}
+
+void HostTier::Publish(absl::Span<const Reservation> reservations, bool ok) {
+  absl::MutexLock l(&mu_);
+  for (const Reservation& r : reservations) {
+    Slot& s = slots_[r.slot];
+    --stats_.filling;
+    if (!ok) {
+      ++stats_.dropped_error;
+      FreeSlot(r.slot);
+      continue;
+    }
+    auto [it, inserted] = index_.try_emplace(r.block.key, r.slot);
+    if (!inserted) {
+      // The key is stored already (or being read): the new copy wins.
+      Unindex(it->second);
+      index_.emplace(r.block.key, r.slot);
+    }
+    s.block = r.block;
+    s.state = SlotState::kStored;
+    s.live = true;
+    LruPushNewest(r.slot);
+    ++stats_.used;
+    ++stats_.demotions;
+    stats_.bytes_written += page_bytes_;
+  }
+}
+
+void HostTier::CountDropped(size_t n) {
+  absl::MutexLock l(&mu_);
+  stats_.dropped_full += n;
+}
+
+size_t HostTier::CountPresent(absl::Span<const BlockKey> keys) const {
+  absl::MutexLock l(&mu_);
+  size_t n = 0;
+  while (n < keys.size()) {
+    auto it = index_.find(keys[n]);
+    if (it == index_.end() || slots_[it->second].state != SlotState::kStored) {
+      break;
+    }
+    ++n;
+  }
+  return n;
+}
+
+bool HostTier::Lookup(const BlockKey& key, TierBlock* out) const {
+  absl::MutexLock l(&mu_);
+  auto it = index_.find(key);
+  if (it == index_.end() || slots_[it->second].state != SlotState::kStored) {
+    return false;
+  }
+  *out = slots_[it->second].block;
+  return true;
+}
+
+size_t HostTier::Claim(absl::Span<const BlockKey> keys,
+                       std::vector<uint32_t>* slots,
+                       std::vector<const void*>* src) {
+  absl::MutexLock l(&mu_);
+  size_t n = 0;
+  for (; n < keys.size(); ++n) {
+    auto it = index_.find(keys[n]);
+    if (it == index_.end()) break;
+    Slot& s = slots_[it->second];
+    if (s.state != SlotState::kStored) break;
+    LruUnlink(it->second);
+    s.state = SlotState::kReading;
+    slots->push_back(it->second);
+    src->push_back(address(it->second));
+  }
+  return n;
+}
+
+void HostTier::Finish(absl::Span<const uint32_t> slots, bool consumed) {
+  absl::MutexLock l(&mu_);
+  for (uint32_t slot : slots) {
+    Slot& s = slots_[slot];
+    if (!s.live) {  // replaced by a newer copy while being read
+      FreeSlot(slot);
+      continue;
+    }
+    if (consumed) {
+      index_.erase(s.block.key);
+      --stats_.used;
+      ++stats_.promotions;
+      stats_.bytes_read += page_bytes_;
+      FreeSlot(slot);
+    } else {
+      s.state = SlotState::kStored;
+      LruPushNewest(slot);
+    }
+  }
+}
+
+HostTierStats HostTier::stats() const {
+  absl::MutexLock l(&mu_);
+  return stats_;
+}
+
+}  // namespace radixkv::daemon

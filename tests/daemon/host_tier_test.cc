@@ -1,0 +1,385 @@
+// HostTier (daemon/host_tier.h) and TierChain (daemon/tier_chain.h) over a
+// real host pool: slot states, LRU reuse with victims handed back, claims,
+// replacement of a key, and the chain's moves between pool, host memory
+// and a disk tier file, byte for byte.
+#include "daemon/host_tier.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/tier_chain.h"
+#include "gmock/gmock.h"
+#include "gpu/pool.h"
+#include "gtest/gtest.h"
+
+namespace radixkv::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kPageBytes = 4096;
+
+BlockKey Key(uint64_t i) { return BlockKey{0xb10c000000000000ull + i, ~i}; }
+
+TierBlock Block(uint64_t i) {
+  return TierBlock{.key = Key(i), .parent_key = Key(i + 1000),
+                   .root = Key(5000), .block_size = 16};
+}
+
+std::unique_ptr<HostTier> MustOpen(uint64_t slots) {
+  auto t = HostTier::Open(gpu::Backend::kHost, -1, slots * kPageBytes,
+                          kPageBytes);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *std::move(t);
+}
+
+// Fills slot memory of reservations with `byte` and publishes them.
+void Fill(HostTier* t, const std::vector<HostTier::Reservation>& res,
+          unsigned char byte) {
+  for (const auto& r : res) std::memset(r.dst, byte, kPageBytes);
+  t->Publish(res, true);
+}
+
+bool Holds(const void* p, unsigned char byte) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  for (uint64_t i = 0; i < kPageBytes; ++i) {
+    if (c[i] != byte) return false;
+  }
+  return true;
+}
+
+TEST(HostTierOpen, RefusesBadSizes) {
+  auto none = HostTier::Open(gpu::Backend::kHost, -1, kPageBytes - 1, kPageBytes);
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(std::string(none.status().message()),
+              HasSubstr("--tier=host: bytes=4095 holds no page of 4096 bytes"));
+  auto zero = HostTier::Open(gpu::Backend::kHost, -1, kPageBytes, 0);
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  auto nopool = HostTier::Open(gpu::Backend::kNone, -1, kPageBytes, kPageBytes);
+  EXPECT_FALSE(nopool.ok());
+}
+
+TEST(HostTier, ReservedBlocksAreInvisibleUntilPublished) {
+  auto t = MustOpen(4);
+  std::vector<HostTier::Reservation> res;
+  ASSERT_EQ(t->Reserve({Block(1), Block(2)}, &res), 2u);
+  EXPECT_EQ(t->CountPresent({Key(1)}), 0u);
+  TierBlock out;
+  EXPECT_FALSE(t->Lookup(Key(1), &out));
+  EXPECT_EQ(t->stats().filling, 2u);
+  Fill(t.get(), res, 0x11);
+  EXPECT_EQ(t->CountPresent({Key(1), Key(2), Key(3)}), 2u);
+  ASSERT_TRUE(t->Lookup(Key(2), &out));
+  EXPECT_EQ(out.parent_key, Key(1002));
+  EXPECT_EQ(out.block_size, 16u);
+  const HostTierStats s = t->stats();
+  EXPECT_EQ(s.used, 2u);
+  EXPECT_EQ(s.filling, 0u);
+  EXPECT_EQ(s.demotions, 2u);
+  EXPECT_FALSE(s.pinned);
+}
+
+TEST(HostTier, FailedCopiesFreeTheirSlots) {
+  auto t = MustOpen(2);
+  std::vector<HostTier::Reservation> res;
+  ASSERT_EQ(t->Reserve({Block(1), Block(2)}, &res), 2u);
+  t->Publish(res, false);
+  EXPECT_EQ(t->CountPresent({Key(1)}), 0u);
+  EXPECT_EQ(t->stats().dropped_error, 2u);
+  res.clear();
+  EXPECT_EQ(t->Reserve({Block(3), Block(4)}, &res), 2u);  // slots came back
+  for (const auto& r : res) EXPECT_FALSE(r.has_victim);
+}
+
+TEST(HostTier, FullTierHandsBackItsOldestBlocksAsVictims) {
+  auto t = MustOpen(3);
+  for (uint64_t i = 1; i <= 3; ++i) {
+    std::vector<HostTier::Reservation> res;
+    ASSERT_EQ(t->Reserve({Block(i)}, &res), 1u);
+    Fill(t.get(), res, static_cast<unsigned char>(i));
+  }
+  std::vector<HostTier::Reservation> res;
+  ASSERT_EQ(t->Reserve({Block(4), Block(5)}, &res), 2u);
+  ASSERT_TRUE(res[0].has_victim && res[1].has_victim);
+  EXPECT_EQ(res[0].victim.key, Key(1));
+  EXPECT_EQ(res[1].victim.key, Key(2));
+  // The victims' bytes are still in place until Publish.
+  EXPECT_TRUE(Holds(res[0].dst, 1));
+  EXPECT_TRUE(Holds(res[1].dst, 2));
+  EXPECT_EQ(t->CountPresent({Key(1)}), 0u);  // unindexed at once
+  Fill(t.get(), res, 0x44);
+  EXPECT_EQ(t->CountPresent({Key(3), Key(4), Key(5)}), 3u);
+  EXPECT_EQ(t->stats().evictions, 2u);
+}
+
+TEST(HostTier, NoSlotIsReusedWhileFillingOrReading) {
+  auto t = MustOpen(2);
+  std::vector<HostTier::Reservation> first;
+  ASSERT_EQ(t->Reserve({Block(1)}, &first), 1u);  // filling
+  std::vector<HostTier::Reservation> second;
+  ASSERT_EQ(t->Reserve({Block(2)}, &second), 1u);
+  Fill(t.get(), second, 2);
+  std::vector<uint32_t> slots;
+  std::vector<const void*> src;
+  ASSERT_EQ(t->Claim({Key(2)}, &slots, &src), 1u);  // reading
+  std::vector<HostTier::Reservation> third;
+  EXPECT_EQ(t->Reserve({Block(3)}, &third), 0u);
+  EXPECT_EQ(t->stats().dropped_full, 1u);
+  EXPECT_EQ(t->CountPresent({Key(2)}), 0u);  // a claimed block is not offered twice
+  t->Finish(slots, /*consumed=*/false);
+  EXPECT_EQ(t->CountPresent({Key(2)}), 1u);
+  Fill(t.get(), first, 1);
+}
+
+TEST(HostTier, ClaimReadsConsecutiveBlocksAndFinishRemovesThem) {
+  auto t = MustOpen(4);
+  std::vector<HostTier::Reservation> res;
+  ASSERT_EQ(t->Reserve({Block(1), Block(2), Block(4)}, &res), 3u);
+  std::memset(res[0].dst, 1, kPageBytes);
+  std::memset(res[1].dst, 2, kPageBytes);
+  std::memset(res[2].dst, 4, kPageBytes);
+  t->Publish(res, true);
+  std::vector<uint32_t> slots;
+  std::vector<const void*> src;
+  ASSERT_EQ(t->Claim({Key(1), Key(2), Key(3), Key(4)}, &slots, &src), 2u);
+  EXPECT_TRUE(Holds(src[0], 1));
+  EXPECT_TRUE(Holds(src[1], 2));
+  t->Finish(slots, /*consumed=*/true);
+  EXPECT_EQ(t->CountPresent({Key(1)}), 0u);
+  EXPECT_EQ(t->CountPresent({Key(4)}), 1u);
+  const HostTierStats s = t->stats();
+  EXPECT_EQ(s.promotions, 2u);
+  EXPECT_EQ(s.used, 1u);
+  EXPECT_EQ(s.bytes_read, 2 * kPageBytes);
+}
+
+TEST(HostTier, ANewCopyOfAKeyReplacesTheOldOneEvenWhileItIsRead) {
+  auto t = MustOpen(3);
+  std::vector<HostTier::Reservation> res;
+  ASSERT_EQ(t->Reserve({Block(1)}, &res), 1u);
+  Fill(t.get(), res, 1);
+  std::vector<uint32_t> slots;
+  std::vector<const void*> src;
+  ASSERT_EQ(t->Claim({Key(1)}, &slots, &src), 1u);
+  std::vector<HostTier::Reservation> again;
+  ASSERT_EQ(t->Reserve({Block(1)}, &again), 1u);
+  Fill(t.get(), again, 9);
+  t->Finish(slots, /*consumed=*/true);  // the old copy's slot is just freed
+  std::vector<uint32_t> slots2;
+  std::vector<const void*> src2;
+  ASSERT_EQ(t->Claim({Key(1)}, &slots2, &src2), 1u);
+  EXPECT_TRUE(Holds(src2[0], 9));
+  t->Finish(slots2, true);
+  EXPECT_EQ(t->stats().used, 0u);
+  // Every slot is free again: three reservations without victims.
+  std::vector<HostTier::Reservation> all;
+  ASSERT_EQ(t->Reserve({Block(5), Block(6), Block(7)}, &all), 3u);
+  for (const auto& r : all) EXPECT_FALSE(r.has_victim);
+}
+
+// ---- TierChain over a host pool ---------------------------------------------
+
+class TierChainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gpu::PoolSpec spec;
+    spec.backend = gpu::Backend::kHost;
+    spec.bytes = 16 * kPageBytes;
+    auto pool = gpu::CreatePagePool(spec, kPageBytes);
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    pool_ = *std::move(pool);
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = absl::StrCat(base != nullptr && *base ? base : "/tmp",
+                                    "/host_tier_test.XXXXXX");
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    chain_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  // A chain of a host tier of `host` blocks (0: none) above a disk tier
+  // of `disk` blocks (0: none).
+  void MakeChain(uint64_t host, uint64_t disk) {
+    std::unique_ptr<HostTier> h;
+    std::unique_ptr<DiskTier> k;
+    if (host != 0) h = MustOpen(host);
+    if (disk != 0) {
+      const uint64_t bytes = 4096 + 4096 + disk * kPageBytes;
+      auto opened = DiskTier::Open({.path = dir_, .bytes = bytes,
+                                    .page_bytes = kPageBytes,
+                                    .wait_for_staging = true});
+      ASSERT_TRUE(opened.ok()) << opened.status();
+      k = *std::move(opened);
+    }
+    chain_ = std::make_unique<TierChain>(std::move(h), std::move(k));
+    ASSERT_TRUE(chain_->AttachPool(pool_.get()).ok());
+  }
+
+  void FillPage(uint64_t page, unsigned char byte) {
+    std::memset(pool_->host_page_address(page), byte, kPageBytes);
+  }
+
+  std::unique_ptr<gpu::PagePool> pool_;
+  std::unique_ptr<TierChain> chain_;
+  std::string dir_;
+};
+
+TEST_F(TierChainTest, AttachRefusesAPoolOfAnotherPageSize) {
+  auto t = HostTier::Open(gpu::Backend::kHost, -1, 4 * 8192, 8192);
+  ASSERT_TRUE(t.ok());
+  TierChain chain(*std::move(t), nullptr);
+  absl::Status s = chain.AttachPool(pool_.get());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("pages of 8192 bytes"));
+}
+
+TEST_F(TierChainTest, BlocksGoDownThroughHostMemoryToDiskAndComeBackIntact) {
+  MakeChain(/*host=*/2, /*disk=*/8);
+  // Five evictions, oldest first: the host tier keeps the newest two, the
+  // older three go straight to the disk tier.
+  std::vector<EvictedPage> evicted;
+  for (uint64_t i = 0; i < 5; ++i) {
+    FillPage(i, static_cast<unsigned char>(0x10 + i));
+    evicted.push_back({.block = Block(i), .page = i, .ns = 1});
+  }
+  std::vector<TierMove> moves;
+  chain_->Demote(evicted, &moves);
+  TierBlock where;
+  EXPECT_EQ(chain_->Locate(Key(0), &where), kMediumDiskTier);
+  EXPECT_EQ(chain_->Locate(Key(2), &where), kMediumDiskTier);
+  EXPECT_EQ(chain_->Locate(Key(3), &where), kMediumHostTier);
+  EXPECT_EQ(chain_->Locate(Key(4), &where), kMediumHostTier);
+  int stored_disk = 0, stored_host = 0;
+  for (const TierMove& m : moves) {
+    ASSERT_TRUE(m.stored);
+    (m.medium == kMediumDiskTier ? stored_disk : stored_host)++;
+  }
+  EXPECT_EQ(stored_disk, 3);
+  EXPECT_EQ(stored_host, 2);
+
+  // A sixth block pushes the host tier's oldest (3) down to the disk tier.
+  FillPage(5, 0x15);
+  moves.clear();
+  chain_->Demote({{.block = Block(5), .page = 5}}, &moves);
+  EXPECT_EQ(chain_->Locate(Key(3), &where), kMediumDiskTier);
+  ASSERT_EQ(moves.size(), 3u);  // removed from host, stored on disk, stored in host
+  EXPECT_FALSE(moves[0].stored);
+  EXPECT_EQ(moves[0].medium, kMediumHostTier);
+  EXPECT_EQ(moves[0].block.key, Key(3));
+  EXPECT_TRUE(moves[1].stored);
+  EXPECT_EQ(moves[1].medium, kMediumDiskTier);
+
+  // The prefix 0..5 spans both tiers; all of it comes back, into other
+  // pages, with the right bytes, and leaves the tiers.
+  std::array<size_t, 3> by{};
+  const std::vector<BlockKey> keys = {Key(0), Key(1), Key(2), Key(3), Key(4),
+                                      Key(5), Key(6)};
+  EXPECT_EQ(chain_->CountPresent(keys, &by), 6u);
+  EXPECT_EQ(by[kMediumHostTier], 2u);
+  EXPECT_EQ(by[kMediumDiskTier], 4u);
+  for (uint64_t p = 8; p < 15; ++p) FillPage(p, 0);
+  moves.clear();
+  const std::vector<uint64_t> pages = {8, 9, 10, 11, 12, 13, 14};
+  ASSERT_EQ(chain_->Promote(keys, pages, &moves), 6u);
+  for (uint64_t i = 0; i < 6; ++i) {
+    EXPECT_TRUE(Holds(pool_->host_page_address(8 + i),
+                      static_cast<unsigned char>(0x10 + i)))
+        << "block " << i;
+  }
+  EXPECT_EQ(moves.size(), 6u);
+  EXPECT_EQ(chain_->CountPresent(keys), 0u);
+  EXPECT_EQ(chain_->host()->stats().promotions, 2u);
+  EXPECT_EQ(chain_->disk()->stats().promotions, 4u);
+  EXPECT_EQ(chain_->copy_errors(), 0u);
+}
+
+TEST_F(TierChainTest, AHostTierAloneDropsWhatItCannotHold) {
+  MakeChain(/*host=*/2, /*disk=*/0);
+  std::vector<EvictedPage> evicted;
+  for (uint64_t i = 0; i < 3; ++i) {
+    FillPage(i, static_cast<unsigned char>(i + 1));
+    evicted.push_back({.block = Block(i), .page = i});
+  }
+  std::vector<TierMove> moves;
+  chain_->Demote(evicted, &moves);
+  TierBlock where;
+  EXPECT_EQ(chain_->Locate(Key(0), &where), 0);  // the oldest is dropped
+  EXPECT_EQ(chain_->Locate(Key(2), &where), kMediumHostTier);
+  EXPECT_EQ(chain_->host()->stats().dropped_full, 1u);
+  // A further eviction forgets the host tier's oldest block.
+  FillPage(3, 4);
+  moves.clear();
+  chain_->Demote({{.block = Block(3), .page = 3}}, &moves);
+  EXPECT_EQ(chain_->Locate(Key(1), &where), 0);
+  ASSERT_EQ(moves.size(), 2u);
+  EXPECT_FALSE(moves[0].stored);
+  EXPECT_EQ(moves[0].block.key, Key(1));
+}
+
+TEST_F(TierChainTest, ABadPageIsACopyErrorAndDropsOnlyThatBatch) {
+  MakeChain(/*host=*/4, /*disk=*/0);
+  std::vector<TierMove> moves;
+  chain_->Demote({{.block = Block(1), .page = 99}}, &moves);  // no page 99
+  EXPECT_EQ(chain_->copy_errors(), 1u);
+  EXPECT_TRUE(moves.empty());
+  TierBlock where;
+  EXPECT_EQ(chain_->Locate(Key(1), &where), 0);
+  EXPECT_EQ(chain_->host()->stats().dropped_error, 1u);
+  FillPage(2, 7);
+  chain_->Demote({{.block = Block(2), .page = 2}}, &moves);
+  EXPECT_EQ(chain_->Locate(Key(2), &where), kMediumHostTier);
+}
+
+TEST_F(TierChainTest, ConcurrentDemotionsAndPromotionsServeOnlyRightBytes) {
+  MakeChain(/*host=*/2, /*disk=*/6);  // each batch of 3 spans both tiers
+  // Two threads, each with its own pages and keys, move blocks down and up
+  // through both tiers; every promoted page must hold its block's byte.
+  std::atomic<int> promoted{0};
+  auto run = [&](uint64_t base, std::atomic<int>* bad) {
+    for (int round = 0; round < 200; ++round) {
+      std::vector<EvictedPage> evicted;
+      for (uint64_t i = 0; i < 3; ++i) {
+        const uint64_t page = base + i;
+        const uint64_t key = base * 1000 + round * 3 + i;
+        std::memset(pool_->host_page_address(page),
+                    static_cast<int>(key & 0xff), kPageBytes);
+        evicted.push_back({.block = Block(key), .page = page});
+      }
+      std::vector<TierMove> moves;
+      chain_->Demote(evicted, &moves);
+      std::vector<BlockKey> keys;
+      for (const auto& e : evicted) keys.push_back(e.block.key);
+      const std::vector<uint64_t> pages = {base + 3, base + 4, base + 5};
+      const size_t n = chain_->Promote(keys, pages, &moves);
+      promoted.fetch_add(static_cast<int>(n));
+      for (size_t i = 0; i < n; ++i) {
+        const uint64_t key = base * 1000 + round * 3 + i;
+        if (!Holds(pool_->host_page_address(base + 3 + i),
+                   static_cast<unsigned char>(key & 0xff))) {
+          bad->fetch_add(1);
+        }
+      }
+    }
+  };
+  std::atomic<int> bad{0};
+  std::thread a(run, 0, &bad);
+  std::thread b(run, 8, &bad);
+  a.join();
+  b.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(promoted.load(), 600);  // most of the 1,200 blocks came back
+  EXPECT_EQ(chain_->copy_errors(), 0u);
+  EXPECT_GT(chain_->disk()->stats().promotions, 0u);
+}
+
+}  // namespace
+}  // namespace radixkv::daemon
