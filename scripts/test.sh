@@ -4,7 +4,7 @@
 # every target again with clang -Wthread-safety -Werror (the lock annotations
 # are checked), the index and daemon-core tests under AddressSanitizer +
 # UBSan (a Debug build: the tree's invariant asserts are on), and the index
-# stress test under ThreadSanitizer.
+# stress test and the tiers' tests under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
@@ -15,7 +15,7 @@ cmake --preset clang >/dev/null
 cmake --build --preset clang
 cmake --preset asan >/dev/null
 radix_tests="block_key_test radix_tree_test radix_lease_test radix_model_test scoped_lease_test radix_stress_test radix_account_test"
-daemon_tests="daemon_unit_test daemon_cache_test daemon_disk_tier_test"
+daemon_tests="daemon_unit_test daemon_cache_test daemon_disk_tier_test daemon_host_tier_test"
 # shellcheck disable=SC2086
 cmake --build --preset asan --target $radix_tests $daemon_tests
 for t in $radix_tests; do
@@ -25,8 +25,10 @@ for t in $daemon_tests; do
   build/asan/tests/daemon/"$t" --gtest_brief=1
 done
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan --target radix_stress_test
+cmake --build --preset tsan --target radix_stress_test daemon_host_tier_test
 ctest --preset tsan
+# The tiers' concurrent moves (host memory, disk file, page copies).
+build/tsan/tests/daemon/daemon_host_tier_test --gtest_brief=1
 
 # --- Fuzzing (tests/fuzz; docs/TESTING.md) ---
 # The fuzz preset builds the libFuzzer harnesses with clang, ASan and UBSan.

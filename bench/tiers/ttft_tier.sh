@@ -1,10 +1,11 @@
 #!/bin/bash
-# Time to first token with and without the disk tier, side by side: the
-# reference worker's `small` model (65,536-byte fp32 pages) serves PROMPTS
-# prompts of TOKENS tokens twice over a host pool that holds POOL_PAGES
-# pages (fewer than one pass needs), once with --tier and once without.
-# The second pass is the measurement: without the tier every prompt was
-# evicted and is prefilled again; with it, its blocks come back from disk.
+# Time to first token with and without tiers, side by side: the reference
+# worker's `small` model (65,536-byte fp32 pages) serves PROMPTS prompts of
+# TOKENS tokens twice over a host pool that holds POOL_PAGES pages (fewer
+# than one pass needs): without a tier, with a disk tier, with a host tier,
+# and with a host tier of POOL_PAGES blocks above a disk tier. The second
+# pass is the measurement: without a tier every prompt was evicted and is
+# prefilled again; with one, its blocks come back from host memory or disk.
 # Every answer's first-token logits are compared, bit for bit, with a full
 # prefill (--no-cache).
 #
@@ -42,12 +43,14 @@ print("%-16s median TTFT %7.2f ms  matched tokens %6d of %6d  logits equal to a 
 }
 worker --no-cache > "$WORK/ref.jsonl"
 summary "no cache" < "$WORK/ref.jsonl"
-for mode in pool-only tier; do
+for mode in pool-only disk host host+disk; do
   flags=()
   mkdir -p "$WORK/$mode"
-  if [[ $mode == tier ]]; then
-    flags=(--tier="disk,path=$WORK/$mode,bytes=1GiB")
-  fi
+  case $mode in
+    disk) flags=(--tier="disk,path=$WORK/$mode,bytes=1GiB") ;;
+    host) flags=(--tier="host,bytes=1GiB") ;;
+    host+disk) flags=(--tier="host,bytes=$((POOL_PAGES * PAGE_BYTES));disk,path=$WORK/$mode,bytes=1GiB") ;;
+  esac
   sock="$WORK/$mode.sock"
   "$BUILD/daemon/radixkvd" --socket="$sock" --metrics_listen= \
       --pool="host,bytes=$((POOL_PAGES * PAGE_BYTES)),page_bytes=$PAGE_BYTES" \
