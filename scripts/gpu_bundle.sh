@@ -10,10 +10,11 @@
 #   1. configure (if needed) and build a CUDA build directory ($BUILD, default
 #      build/gpu-bundle: Release, -DRADIXKV_ENABLE_CUDA=ON,
 #      -DCMAKE_CUDA_ARCHITECTURES=90) with only the bundle's targets: every
-#      test labelled `gpu` in ctest, gpu_bench and radixkv-worker;
+#      test labelled `gpu` in ctest, gpu_bench, radixkv-worker and radixkvd;
 #   2. copy the gtest executables of `ctest -L gpu` (found through
-#      `ctest --show-only=json-v1`), gpu_bench, radixkv-worker and
-#      bench/gpu/kv_dtype_table.sh into bin/, stripped of debug info;
+#      `ctest --show-only=json-v1`), gpu_bench, radixkv-worker, radixkvd,
+#      bench/gpu/kv_dtype_table.sh and scripts/gpu_tier_check.sh into bin/,
+#      stripped of debug info;
 #   3. copy every shared library they load (ldd) that a bare Debian / Ubuntu
 #      base lacks into lib/ (everything but the glibc family and the
 #      kernel's vDSO; the C++ runtime goes to lib/cxx); the runner puts lib/
@@ -83,11 +84,12 @@ for t in json.load(sys.stdin).get("tests", []):
     cmd = t.get("command") or []
     if cmd and cmd[0] not in seen and os.path.basename(cmd[0]) not in ("python3", "python"):
         seen.add(cmd[0]); print(os.path.basename(cmd[0]))' 2>/dev/null)
-  TARGETS=("${GPU_TARGETS[@]}" radixkv-worker)
+  TARGETS=("${GPU_TARGETS[@]}" radixkv-worker radixkvd)
   [[ "$CUDA" == off ]] && TARGETS+=(kernels_quant_test)
   [[ "$CUDA" == on ]] && TARGETS+=(gpu_bench kernels_cuda_test kernels_quant_cuda_test
                                    model_cuda_test radixkv_cuda_pool_test
-                                   radixkv_page_copier_cuda_test)
+                                   radixkv_page_copier_cuda_test kernels_xlayer_cuda_test
+                                   daemon_tier_chain_cuda_test)
   mapfile -t TARGETS < <(printf '%s\n' "${TARGETS[@]}" | sort -u)
   say "build ${TARGETS[*]} (-j$JOBS)"
   t0=$SECONDS
@@ -118,6 +120,14 @@ BINS=("${TEST_BINS[@]}")
 WORKER="$BUILD/client/worker/radixkv-worker"
 [[ -x "$WORKER" ]] || die "$WORKER was not built"
 BINS+=("$WORKER")
+# radixkvd, for the tiers' end-to-end check (gpu_tier_check.sh); a CUDA-off
+# build without it bundles no daemon and that check says "skipped".
+DAEMON="$BUILD/daemon/radixkvd"
+if [[ -x "$DAEMON" ]]; then
+  BINS+=("$DAEMON")
+elif [[ "$CUDA" == on ]]; then
+  die "$DAEMON was not built"
+fi
 [[ -x "$BUILD/bench/gpu/gpu_bench" ]] && BINS+=("$BUILD/bench/gpu/gpu_bench")
 if [[ "$CUDA" == on ]]; then
   [[ ${#TEST_BINS[@]} -gt 0 ]] || die "ctest -L gpu lists no gtest binary in $BUILD"
@@ -131,6 +141,7 @@ for b in "${BINS[@]}"; do
 done
 for b in "${TEST_BINS[@]}"; do basename "$b" >>"$OUT/tests.txt"; done
 cp "$ROOT/bench/gpu/kv_dtype_table.sh" "$OUT/bin/" || die "copy kv_dtype_table.sh"
+cp "$ROOT/scripts/gpu_tier_check.sh" "$OUT/bin/" || die "copy gpu_tier_check.sh"
 cp "$ROOT/scripts/gpu_bundle_run.sh" "$OUT/run.sh" || die "copy the runner"
 chmod +x "$OUT/run.sh" "$OUT/bin/"*
 

@@ -31,6 +31,12 @@
 #                          90 % of the prompt cached, and the speed-up
 #   kv-dtype:<dtype>       the KV dtype table's GPU column (bytes per token,
 #                          logit error, greedy agreement, TTFT)
+#   tier-e2e               radixkvd --pool=cuda with host, host+disk and disk
+#                          tiers below a pool half the prompts' size: the
+#                          worker's second pass (--device cuda) finds every
+#                          prompt promoted back, its logits bit for bit those
+#                          of a pool that kept it (bin/gpu_tier_check.sh;
+#                          without a device, a host-pool smoke run on the CPU)
 #
 # Usage: run.sh [--dry-run] [--quick] [--logs DIR]
 #   --dry-run  do not expect a device (CI): the device checks report SKIP,
@@ -272,6 +278,30 @@ else
     line worker-ttft SKIP "no device; cpu smoke run ok (tiny, fp8_e4m3 pages, matched $(field "$j" matched_tokens), logit diff $(field "$j" max_abs_logit_diff))"
   fi
   line kv-dtype SKIP "no device"
+fi
+
+# ---- tiers below the pool ----------------------------------------------------------------------
+TC="$B/bin/gpu_tier_check.sh"
+if [[ ! -x "$B/bin/radixkvd" || ! -x "$TC" ]]; then
+  line tier-e2e SKIP "radixkvd or gpu_tier_check.sh not in this bundle"
+else
+  if [[ $HAVE_DEVICE -eq 1 ]]; then
+    out="$(timeout 180 "$TC" --radixkvd "$B/bin/radixkvd" --worker "$W" --device cuda \
+           --logs "$LOGS/tier-e2e" 2>&1)"
+  else
+    out="$(timeout 120 "$TC" --radixkvd "$B/bin/radixkvd" --worker "$W" --device cpu \
+           --chains host+disk --logs "$LOGS/tier-e2e" 2>&1)"
+  fi
+  rc=$?
+  echo "$out" >"$LOGS/tier-e2e.txt"
+  d="$(tail -1 <<<"$out" | sed 's/^tier-e2e: [A-Z]* //')"
+  if [[ $rc -ne 0 ]]; then
+    line tier-e2e FAIL "exit $rc: $(grep -m1 -E '^[a-z+]+ FAIL ' <<<"$out" | cut -c1-200)${d:+; $d}"
+  elif [[ $HAVE_DEVICE -eq 1 ]]; then
+    line tier-e2e PASS "$d"
+  else
+    line tier-e2e SKIP "no device; host-pool smoke run ok: $d"
+  fi
 fi
 
 echo "run.sh: $([[ $FAILED -eq 0 ]] && echo OK || echo FAILED) in $((SECONDS - T0)) s; raw outputs in $LOGS"

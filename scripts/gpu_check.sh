@@ -8,9 +8,10 @@
 #   2. build only the GPU-relevant targets with -j$JOBS (default 16)
 #   3. ctest -L gpu -LE python --output-on-failure (CUDA kernels vs the CPU
 #      oracles for fp32 and every KV dtype, CUDA model vs CPU model, cuda
-#      pool export/import, the cuda PageCopier), plus the CPU attention
-#      oracle against its double-precision reference and the CPU typed-page
-#      tests
+#      pool export/import, the cuda PageCopier, the tier chain moving device
+#      pages to pinned host memory and a disk tier and back), plus the CPU
+#      attention oracle against its double-precision reference and the CPU
+#      typed-page tests
 #   4. the Python package on a cuda pool (tests/python/test_pool_cuda.py:
 #      radixkvd --pool=cuda, pages written through torch CUDA tensors and
 #      read by a second Python process) under the first python3 that has
@@ -29,6 +30,9 @@
 #   8. the KV dtype table on the device (bench/gpu/kv_dtype_table.sh
 #      --device cuda: bytes per token, logit error, greedy agreement and
 #      TTFT for fp32, fp16, bf16, fp8 E4M3 / E5M2 and int8 pages)
+#   9. the tiers below a cuda pool end to end (scripts/gpu_tier_check.sh:
+#      radixkvd --pool=cuda with host, host+disk and disk tiers, the
+#      worker's promoted prompts bit for bit those of a pool that kept them)
 #
 # A bare device machine (no compiler, no gRPC / Abseil packages) cannot run
 # this script: scripts/gpu_bundle.sh builds the same checks here into a
@@ -91,8 +95,8 @@ fi
 section "build (GPU-relevant targets, -j$JOBS)"
 WANT=(radixkv_gpu radixkv_worker radixkv-worker kernels_cuda_test
       kernels_quant_cuda_test model_cuda_test radixkv_cuda_pool_test
-      radixkv_page_copier_cuda_test attention_cpu_test kernels_quant_test gpu_bench radixkvd radixkvctl
-      radixkv_python)
+      radixkv_page_copier_cuda_test kernels_xlayer_cuda_test daemon_tier_chain_cuda_test
+      attention_cpu_test kernels_quant_test gpu_bench radixkvd radixkvctl radixkv_python)
 AVAILABLE="$(cmake --build "$BUILD" --target help 2>/dev/null)"
 TARGETS=()
 for t in "${WANT[@]}"; do
@@ -227,6 +231,17 @@ else
   section "KV dtype table on the device (bench/gpu/kv_dtype_table.sh)"
   timeout 300 "$ROOT/bench/gpu/kv_dtype_table.sh" "$WORKER" --device cuda ||
     fail "kv dtype table (cuda)"
+fi
+
+section "tiers below a cuda pool (scripts/gpu_tier_check.sh)"
+if [[ ! -x "$BUILD/daemon/radixkvd" || ! -x "$WORKER" ]]; then
+  fail "radixkvd or radixkv-worker was not built"
+elif [[ $no_gpu -eq 1 ]]; then
+  echo "skipped: no usable CUDA device"
+else
+  timeout 180 "$ROOT/scripts/gpu_tier_check.sh" --radixkvd "$BUILD/daemon/radixkvd" \
+    --worker "$WORKER" --device cuda ${OUT:+--logs "$OUT/tier-e2e"} ||
+    fail "tiers below a cuda pool (scripts/gpu_tier_check.sh)"
 fi
 
 section "summary"
