@@ -5,6 +5,7 @@
 #include "gpu/page_copier.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -99,8 +100,19 @@ absl::StatusOr<std::unique_ptr<HostMemory>> AllocateHostMemory(
   if (bytes == 0) {
     return absl::InvalidArgumentError("host memory: 0 bytes asked for");
   }
+  // Pages are touched only when a block lands in them, so an impossible
+  // budget would be granted now and fail later, under load: refuse one
+  // beyond the machine's memory here.
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page_size > 0 &&
+      bytes > static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "host memory: ", bytes, " bytes asked for, the machine has ",
+        static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)));
+  }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
     return absl::ResourceExhaustedError(
         absl::StrCat("host memory: mmap of ", bytes,
