@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Open(gpu::Backend backend,
 HostTier::HostTier(std::unique_ptr<gpu::HostMemory> memory,
                    uint64_t page_bytes, uint64_t slots)
     : memory_(std::move(memory)), page_bytes_(page_bytes), slot_count_(slots) {
-  absl::MutexLock l(&mu_);
+  WriterMutexLock l(&mu_);
   slots_.resize(slots);
   // The free list runs 0, 1, 2, ... so the first blocks fill the front.
   for (uint64_t i = slots; i-- > 0;) {
@@ -102,7 +102,7 @@ void HostTier::FreeSlot(uint32_t slot) {
 
 size_t HostTier::Reserve(absl::Span<const TierBlock> blocks,
                          std::vector<Reservation>* out) {
-  absl::MutexLock l(&mu_);
+  WriterMutexLock l(&mu_);
   size_t n = 0;
   for (; n < blocks.size(); ++n) {
     Reservation r;
@@ -137,7 +137,7 @@ size_t HostTier::Reserve(absl::Span<const TierBlock> blocks,
 }
 
 void HostTier::Publish(absl::Span<const Reservation> reservations, bool ok) {
-  absl::MutexLock l(&mu_);
+  WriterMutexLock l(&mu_);
   for (const Reservation& r : reservations) {
     Slot& s = slots_[r.slot];
     --stats_.filling;
@@ -163,12 +163,12 @@ void HostTier::Publish(absl::Span<const Reservation> reservations, bool ok) {
 }
 
 void HostTier::CountDropped(size_t n) {
-  absl::MutexLock l(&mu_);
+  WriterMutexLock l(&mu_);
   stats_.dropped_full += n;
 }
 
 size_t HostTier::CountPresent(absl::Span<const BlockKey> keys) const {
-  absl::MutexLock l(&mu_);
+  ReaderMutexLock l(&mu_);
   size_t n = 0;
   while (n < keys.size()) {
     auto it = index_.find(keys[n]);
@@ -181,7 +181,7 @@ size_t HostTier::CountPresent(absl::Span<const BlockKey> keys) const {
 }
 
 bool HostTier::Lookup(const BlockKey& key, TierBlock* out) const {
-  absl::MutexLock l(&mu_);
+  ReaderMutexLock l(&mu_);
   auto it = index_.find(key);
   if (it == index_.end() || slots_[it->second].state != SlotState::kStored) {
     return false;
@@ -193,7 +193,7 @@ bool HostTier::Lookup(const BlockKey& key, TierBlock* out) const {
 size_t HostTier::Claim(absl::Span<const BlockKey> keys,
                        std::vector<uint32_t>* slots,
                        std::vector<const void*>* src) {
-  absl::MutexLock l(&mu_);
+  WriterMutexLock l(&mu_);
   size_t n = 0;
   for (; n < keys.size(); ++n) {
     auto it = index_.find(keys[n]);
@@ -209,7 +209,7 @@ size_t HostTier::Claim(absl::Span<const BlockKey> keys,
 }
 
 void HostTier::Finish(absl::Span<const uint32_t> slots, bool consumed) {
-  absl::MutexLock l(&mu_);
+  WriterMutexLock l(&mu_);
   for (uint32_t slot : slots) {
     Slot& s = slots_[slot];
     if (!s.live) {  // replaced by a newer copy while being read
@@ -230,7 +230,7 @@ void HostTier::Finish(absl::Span<const uint32_t> slots, bool consumed) {
 }
 
 HostTierStats HostTier::stats() const {
-  absl::MutexLock l(&mu_);
+  ReaderMutexLock l(&mu_);
   return stats_;
 }
 

@@ -31,11 +31,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "daemon/disk_tier.h"
 #include "gpu/page_copier.h"
 #include "radix/block_key.h"
+#include "radix/mutex.h"
 
 namespace radixkv::daemon {
 
@@ -132,7 +132,8 @@ class HostTier {
   const uint64_t page_bytes_;
   const uint64_t slot_count_;
 
-  mutable absl::Mutex mu_;
+  // SharedMutex (radix/mutex.h), so that ThreadSanitizer checks it.
+  mutable SharedMutex mu_;
   absl::flat_hash_map<BlockKey, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   uint32_t lru_head_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;  // oldest

@@ -66,7 +66,7 @@ void TierChain::CopyFailed(const absl::Status& s) {
 
 std::unique_ptr<gpu::HostMemory> TierChain::TakeBounce() {
   {
-    absl::MutexLock l(&bounce_mu_);
+    WriterMutexLock l(&bounce_mu_);
     if (!bounce_.empty()) {
       std::unique_ptr<gpu::HostMemory> b = std::move(bounce_.back());
       bounce_.pop_back();
@@ -84,7 +84,7 @@ std::unique_ptr<gpu::HostMemory> TierChain::TakeBounce() {
 
 void TierChain::ReturnBounce(std::unique_ptr<gpu::HostMemory> b) {
   if (b == nullptr) return;
-  absl::MutexLock l(&bounce_mu_);
+  WriterMutexLock l(&bounce_mu_);
   bounce_.push_back(std::move(b));
 }
 

@@ -28,7 +28,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "daemon/disk_tier.h"
@@ -36,6 +35,7 @@
 #include "gpu/page_copier.h"
 #include "gpu/pool.h"
 #include "radix/block_key.h"
+#include "radix/mutex.h"
 #include "radix/radix_tree.h"
 
 namespace radixkv::daemon {
@@ -164,7 +164,7 @@ class TierChain {
   TierLatency host_latency_;
   TierLatency disk_latency_;
 
-  absl::Mutex bounce_mu_;
+  SharedMutex bounce_mu_;
   std::vector<std::unique_ptr<gpu::HostMemory>> bounce_ ABSL_GUARDED_BY(bounce_mu_);
 };
 
