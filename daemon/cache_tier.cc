@@ -44,11 +44,18 @@ void Cache::MoveBetweenTiers(const SessionRef& session, AcquireResult* r) {
   if (!r->evicted.empty()) {
     std::vector<EvictedPage> evicted;
     evicted.reserve(r->evicted.size());
+    // Evicted blocks may be any namespace's: each keeps its own block size.
+    NamespaceId size_of = session.binding.ns;
+    uint32_t block_size = session.binding.page_size;
     for (const EvictedBlock& e : r->evicted) {
+      if (e.ns != size_of) {
+        size_of = e.ns;
+        block_size = t->page_size(e.ns);
+      }
       evicted.push_back({.block = {.key = e.key,
                                    .parent_key = e.parent_key,
                                    .root = e.root,
-                                   .block_size = session.binding.page_size},
+                                   .block_size = block_size},
                          .page = e.page,
                          .ns = e.ns});
     }
@@ -150,6 +157,7 @@ void Cache::FillTierStats(v1::Stats* s) const {
     out->set_dropped_full(d.dropped_full);
     out->set_dropped_error(d.dropped_error);
     out->set_checksum_failures(d.checksum_failures);
+    out->set_read_errors(d.read_errors);
     out->set_bytes_written(d.bytes_written);
     out->set_bytes_read(d.bytes_read);
     out->set_reloaded_blocks(d.reloaded);

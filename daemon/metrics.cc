@@ -111,8 +111,8 @@ void AddTierFamilies(
                       MetricType::Counter);
   auto dropped = Family("radixkv_tier_dropped_blocks_total",
                         "Blocks a tier did not take (plain evictions), "
-                        "blocks that failed their checksum and blocks lost "
-                        "to failed copies.",
+                        "blocks that failed their checksum or their read, "
+                        "and failed page copies.",
                         MetricType::Counter);
   auto latency = Family("radixkv_tier_promotion_seconds",
                         "Time an Acquire spent copying one run of blocks up "
@@ -131,6 +131,7 @@ void AddTierFamilies(
     AddValue(&dropped, t.dropped_error(), {{"tier", kind}, {"reason", "write_error"}});
     AddValue(&dropped, t.checksum_failures(), {{"tier", kind}, {"reason", "checksum"}});
     AddValue(&dropped, t.copy_errors(), {{"tier", kind}, {"reason", "copy_error"}});
+    AddValue(&dropped, t.read_errors(), {{"tier", kind}, {"reason", "read_error"}});
     prometheus::ClientMetric m;
     m.label = {{"tier", kind}};
     uint64_t cumulative = 0;

@@ -3,10 +3,11 @@
 
 Usage: prometheus_live_test.py PROMETHEUS RADIXKVD RADIXKV_WORKER RULES_YML DASHBOARD_JSON
 
-Starts radixkvd (host pool, socket under /tmp, metrics on a free loopback
-port), Prometheus (1 s scrape and rule evaluation, TSDB in a temporary
-directory, web API on a free loopback port), runs the reference worker three
-times on the same text so that the later runs hit, and then asks the HTTP
+Starts radixkvd (host pool with a host and a disk tier below it, socket
+under /tmp, metrics on a free loopback port), Prometheus (1 s scrape and
+rule evaluation, TSDB in a temporary directory, web API on a free loopback
+port), runs the reference worker three times on the same text so that the
+later runs hit, and then asks the HTTP
 API for a rate() of requests, the hit-ratio recording rule (> 0) and a
 histogram_quantile() of Acquire durations, checks that every rule
 evaluates without error and that every query of the Grafana dashboard
@@ -85,9 +86,12 @@ class Live:
 
     def start_daemon(self):
         self.sock = os.path.join(self.work, "d.sock")
+        # Tiers export their series (the dashboard's Tiers row) from the
+        # start; page_bytes is the tiny model's page size.
         p = self.spawn("radixkvd", [self.radixkvd, f"--socket={self.sock}",
                                     "--metrics_listen=127.0.0.1:0",
-                                    "--pool=host,bytes=64MiB"])
+                                    "--pool=host,bytes=64MiB,page_bytes=8192",
+                                    f"--tier=host,bytes=1MiB;disk,path={self.work},bytes=4MiB"])
 
         def metrics_addr():
             if p.poll() is not None:
