@@ -172,7 +172,7 @@ void DiskTier::Reload() {
     next_sequence_ = std::max(next_sequence_, sequence + 1);
     if (!s.live) continue;
     s.state = SlotState::kStored;
-    LruPushNewest(slot);
+    lru_.PushNewest(slots_, slot);
   }
   for (uint64_t i = layout_.slots; i-- > 0;) {
     if (slots_[i].state == SlotState::kFree) FreeSlot(static_cast<uint32_t>(i));
@@ -196,33 +196,6 @@ void DiskTier::FreeSlot(uint32_t slot) {
   free_head_ = slot;
 }
 
-void DiskTier::LruPushNewest(uint32_t slot) {
-  Slot& s = slots_[slot];
-  s.prev = lru_tail_;
-  s.next = kNoSlot;
-  if (lru_tail_ != kNoSlot) {
-    slots_[lru_tail_].next = slot;
-  } else {
-    lru_head_ = slot;
-  }
-  lru_tail_ = slot;
-}
-
-void DiskTier::LruUnlink(uint32_t slot) {
-  Slot& s = slots_[slot];
-  if (s.prev != kNoSlot) {
-    slots_[s.prev].next = s.next;
-  } else {
-    lru_head_ = s.next;
-  }
-  if (s.next != kNoSlot) {
-    slots_[s.next].prev = s.prev;
-  } else {
-    lru_tail_ = s.prev;
-  }
-  s.prev = s.next = kNoSlot;
-}
-
 // Removes the slot's block from the index. A stored slot is freed now; a
 // pending one when its write finishes (FinishWrite); a slot being read is
 // not indexed and never passed here.
@@ -231,7 +204,7 @@ void DiskTier::Unindex(uint32_t slot) {
   index_.erase(s.block.key);
   s.live = false;
   if (s.state == SlotState::kStored) {
-    LruUnlink(slot);
+    lru_.Unlink(slots_, slot);
     FreeSlot(slot);
   }
 }
@@ -239,9 +212,9 @@ void DiskTier::Unindex(uint32_t slot) {
 // A free slot, else the least recently stored one (its block is evicted);
 // kNoSlot when every slot is pending or being read.
 uint32_t DiskTier::AllocateSlot(TierBlock* forgotten) {
-  if (free_head_ == kNoSlot && lru_head_ != kNoSlot) {
-    if (forgotten != nullptr) *forgotten = slots_[lru_head_].block;
-    Unindex(lru_head_);
+  if (free_head_ == kNoSlot && lru_.oldest() != kNoSlot) {
+    if (forgotten != nullptr) *forgotten = slots_[lru_.oldest()].block;
+    Unindex(lru_.oldest());
     ++stats_.evictions;
   }
   if (free_head_ == kNoSlot) return kNoSlot;
@@ -362,7 +335,7 @@ size_t DiskTier::ClaimForTake(absl::Span<const BlockKey> keys,
     if (s.state == SlotState::kPending) {
       claims->push_back({slot, s.sequence, staged_[slot]});
     } else {
-      LruUnlink(slot);
+      lru_.Unlink(slots_, slot);
       s.state = SlotState::kReading;
       claims->push_back({slot, s.sequence, nullptr});
     }
@@ -465,7 +438,7 @@ void DiskTier::SettleTake(absl::Span<const BlockKey> keys,
     s.state = SlotState::kStored;
     s.live = true;
     index_[keys[i]] = c.slot;
-    LruPushNewest(c.slot);
+    lru_.PushNewest(slots_, c.slot);
   }
 }
 
@@ -542,7 +515,7 @@ void DiskTier::FinishWrite(const WriteJob& job, int err) {
       stats_.bytes_written += layout_.stride;
       if (s.live) {
         s.state = SlotState::kStored;
-        LruPushNewest(job.slot);
+        lru_.PushNewest(slots_, job.slot);
       } else {
         FreeSlot(job.slot);
       }

@@ -43,6 +43,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "daemon/disk_tier_io.h"
+#include "daemon/slot_lru.h"
 #include "radix/block_key.h"
 
 namespace radixkv::daemon {
@@ -209,8 +210,6 @@ class DiskTier {
   bool NoPendingWrites() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return pending_writes_ == 0;
   }
-  void LruPushNewest(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LruUnlink(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unindex(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t ClaimForTake(absl::Span<const BlockKey> keys, std::vector<Claim>* claims)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -240,8 +239,7 @@ class DiskTier {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<BlockKey, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
-  uint32_t lru_head_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;  // oldest
-  uint32_t lru_tail_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;  // newest
+  SlotLru<Slot> lru_ ABSL_GUARDED_BY(mu_);  // stored slots
   uint32_t free_head_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;
   // Staging buffers of pending slots, by slot.
   absl::flat_hash_map<uint32_t, Staged> staged_ ABSL_GUARDED_BY(mu_);

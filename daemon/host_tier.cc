@@ -51,33 +51,6 @@ HostTier::HostTier(std::unique_ptr<gpu::HostMemory> memory,
   stats_.pinned = memory_->pinned();
 }
 
-void HostTier::LruPushNewest(uint32_t slot) {
-  Slot& s = slots_[slot];
-  s.prev = lru_tail_;
-  s.next = kNoSlot;
-  if (lru_tail_ != kNoSlot) {
-    slots_[lru_tail_].next = slot;
-  } else {
-    lru_head_ = slot;
-  }
-  lru_tail_ = slot;
-}
-
-void HostTier::LruUnlink(uint32_t slot) {
-  Slot& s = slots_[slot];
-  if (s.prev != kNoSlot) {
-    slots_[s.prev].next = s.next;
-  } else {
-    lru_head_ = s.next;
-  }
-  if (s.next != kNoSlot) {
-    slots_[s.next].prev = s.prev;
-  } else {
-    lru_tail_ = s.prev;
-  }
-  s.prev = s.next = kNoSlot;
-}
-
 // Removes the slot's block from the index. A stored slot is freed now; a
 // slot being read is freed by Finish.
 void HostTier::Unindex(uint32_t slot) {
@@ -86,7 +59,7 @@ void HostTier::Unindex(uint32_t slot) {
   s.live = false;
   --stats_.used;
   if (s.state == SlotState::kStored) {
-    LruUnlink(slot);
+    lru_.Unlink(slots_, slot);
     FreeSlot(slot);
   }
 }
@@ -110,15 +83,15 @@ size_t HostTier::Reserve(absl::Span<const TierBlock> blocks,
     uint32_t slot = free_head_;
     if (slot != kNoSlot) {
       free_head_ = slots_[slot].next;
-    } else if (lru_head_ != kNoSlot) {
+    } else if (lru_.oldest() != kNoSlot) {
       // The oldest stored block gives up its slot; its bytes stay there
       // for the caller until Publish.
-      slot = lru_head_;
+      slot = lru_.oldest();
       r.has_victim = true;
       r.victim = slots_[slot].block;
       index_.erase(slots_[slot].block.key);
       --stats_.used;
-      LruUnlink(slot);
+      lru_.Unlink(slots_, slot);
       ++stats_.evictions;
     } else {
       stats_.dropped_full += blocks.size() - n;
@@ -155,7 +128,7 @@ void HostTier::Publish(absl::Span<const Reservation> reservations, bool ok) {
     s.block = r.block;
     s.state = SlotState::kStored;
     s.live = true;
-    LruPushNewest(r.slot);
+    lru_.PushNewest(slots_, r.slot);
     ++stats_.used;
     ++stats_.demotions;
     stats_.bytes_written += page_bytes_;
@@ -200,7 +173,7 @@ size_t HostTier::Claim(absl::Span<const BlockKey> keys,
     if (it == index_.end()) break;
     Slot& s = slots_[it->second];
     if (s.state != SlotState::kStored) break;
-    LruUnlink(it->second);
+    lru_.Unlink(slots_, it->second);
     s.state = SlotState::kReading;
     slots->push_back(it->second);
     src->push_back(address(it->second));
@@ -224,7 +197,7 @@ void HostTier::Finish(absl::Span<const uint32_t> slots, bool consumed) {
       FreeSlot(slot);
     } else {
       s.state = SlotState::kStored;
-      LruPushNewest(slot);
+      lru_.PushNewest(slots_, slot);
     }
   }
 }

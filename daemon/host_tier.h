@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "daemon/disk_tier.h"
+#include "daemon/slot_lru.h"
 #include "gpu/page_copier.h"
 #include "radix/block_key.h"
 #include "radix/mutex.h"
@@ -123,8 +124,6 @@ class HostTier {
   char* address(uint32_t slot) const {
     return memory_->data() + uint64_t{slot} * page_bytes_;
   }
-  void LruPushNewest(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LruUnlink(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unindex(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeSlot(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -136,8 +135,7 @@ class HostTier {
   mutable SharedMutex mu_;
   absl::flat_hash_map<BlockKey, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
-  uint32_t lru_head_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;  // oldest
-  uint32_t lru_tail_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;  // newest
+  SlotLru<Slot> lru_ ABSL_GUARDED_BY(mu_);  // stored slots
   uint32_t free_head_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;
   HostTierStats stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -126,7 +126,7 @@ def test_overrun_gap_then_resync_from_dumptree():
         idx.join()
         with client(d, big) as c:
             # Nobody reads meanwhile.
-            run(c, prompts(random.Random(11), 300, alphabet=50,
+            run(c, prompts(random.Random(11), 600, alphabet=50,
                            max_blocks=8, page_size=512))
             idx.drain()
             assert idx.gaps >= 1 and idx.replay_gaps >= 1

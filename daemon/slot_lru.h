@@ -1,0 +1,65 @@
+// File: daemon/slot_lru.h
+//
+// SlotLru: the least-recently-used order of a tier's slots, kept in a
+// vector and linked through each slot's own `prev` and `next` fields
+// (intrusive: nothing is allocated). Used by DiskTier and HostTier.
+//
+//   SlotLru<Slot> lru;
+//   lru.PushNewest(slots, 7);
+//   uint32_t victim = lru.oldest();  // disk_tier::kNoSlot when empty
+//   lru.Unlink(slots, victim);
+//
+// A slot is in the list or not; Unlink of a slot not in it is undefined.
+//
+// Thread safety: none; the owner's mutex guards the list and the slots.
+#ifndef RADIXKV_DAEMON_SLOT_LRU_H_
+#define RADIXKV_DAEMON_SLOT_LRU_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "daemon/disk_tier_io.h"
+
+namespace radixkv::daemon {
+
+template <typename Slot>
+class SlotLru {
+ public:
+  // The least recently pushed slot, or kNoSlot.
+  uint32_t oldest() const { return head_; }
+
+  void PushNewest(std::vector<Slot>& slots, uint32_t slot) {
+    Slot& s = slots[slot];
+    s.prev = tail_;
+    s.next = disk_tier::kNoSlot;
+    if (tail_ != disk_tier::kNoSlot) {
+      slots[tail_].next = slot;
+    } else {
+      head_ = slot;
+    }
+    tail_ = slot;
+  }
+
+  void Unlink(std::vector<Slot>& slots, uint32_t slot) {
+    Slot& s = slots[slot];
+    if (s.prev != disk_tier::kNoSlot) {
+      slots[s.prev].next = s.next;
+    } else {
+      head_ = s.next;
+    }
+    if (s.next != disk_tier::kNoSlot) {
+      slots[s.next].prev = s.prev;
+    } else {
+      tail_ = s.prev;
+    }
+    s.prev = s.next = disk_tier::kNoSlot;
+  }
+
+ private:
+  uint32_t head_ = disk_tier::kNoSlot;  // oldest
+  uint32_t tail_ = disk_tier::kNoSlot;  // newest
+};
+
+}  // namespace radixkv::daemon
+
+#endif  // RADIXKV_DAEMON_SLOT_LRU_H_
