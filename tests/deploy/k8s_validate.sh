@@ -4,12 +4,17 @@
 # the Prometheus Operator CRD's schema, npm @kubernetes-models/prometheus-operator),
 # strictly: wrong types, missing required fields, bad enum values and fields
 # the schema does not know all fail. JSON patches under patches/ are applied
-# to their target and the result is validated too. Then the deployment's own
-# rules are checked (non-root, no privilege escalation, read-only root, no
+# to their target and the result is validated too, each alone and as each
+# commented `patches:` example in kustomization.yaml lists them (in order,
+# with their inline ops); with kubectl, `kubectl kustomize` renders the base,
+# the cuda patch and each example. Then the deployment's own rules are
+# checked (non-root, no privilege escalation, read-only root, no
 # capabilities, seccomp, requests and limits, no hostIPC, no nvidia.com/gpu
 # claim by the cache, probes on the socket, the shared socket directory, the
-# worker's group, Service/PodMonitor selectors), and negative controls prove
-# the validator rejects broken objects.
+# worker's group, Service/PodMonitor selectors; with --tier: the pool's
+# page_bytes, a writable hostPath tier directory chowned by the init
+# container, memory raised by the host tier, no surge), and negative
+# controls prove the validator rejects broken objects.
 #
 # Usage: tests/deploy/k8s_validate.sh [MANIFEST_DIR]
 # The schemas come from scripts/install_deps.sh (npm, under
@@ -37,7 +42,7 @@ trap 'rm -rf "$tmp"' EXIT
 ln -s "$schemas/node_modules" "$tmp/node_modules"
 cat > "$tmp/validate.mjs" <<'EOF'
 import { existsSync, readFileSync, readdirSync } from "node:fs";
-import { join, relative } from "node:path";
+import { basename, join, relative, resolve } from "node:path";
 import { parseAllDocuments, parse } from "yaml";
 
 const root = process.argv[2];
@@ -226,6 +231,29 @@ function labelsMatch(selector, labels) {
   return Object.entries(selector ?? {}).every(([k, v]) => labels?.[k] === v);
 }
 
+// The daemon's flags: the ConfigMap's file (--flagfile), then the args after
+// it; flag(name) is the value that wins (the last one), or undefined.
+function effectiveFlags(where, objs, cache) {
+  const tpl = cache.spec.template;
+  const main = tpl.spec.containers.find((c) => c.name === "radixkvd") ?? {};
+  const flagfile = (main.args ?? []).find((a) => a.startsWith("--flagfile="))?.slice(11);
+  let flags = [];
+  if (flagfile) {
+    const mount = (main.volumeMounts ?? []).find((m) => flagfile.startsWith(m.mountPath + "/"));
+    const vol = mount && tpl.spec.volumes.find((v) => v.name === mount.name);
+    const cm = vol?.configMap && objs.find((o) => o.kind === "ConfigMap" &&
+      o.metadata.name === vol.configMap.name && o.metadata.namespace === cache.metadata.namespace);
+    const key = flagfile.slice(mount?.mountPath.length + 1);
+    if (!cm || cm.data?.[key] === undefined) {
+      fail(where, `--flagfile=${flagfile} is not a key of a ConfigMap mounted in the pod`);
+    } else {
+      flags = cm.data[key].split("\n").map((l) => l.trim()).filter((l) => l && !l.startsWith("#"));
+    }
+  }
+  flags.push(...(main.args ?? []).filter((a) => !a.startsWith("--flagfile=")));
+  return (name) => flags.filter((f) => f.startsWith(`--${name}=`)).pop()?.split("=").slice(1).join("=");
+}
+
 function checkDeployment(objs) {
   const cache = objs.find((o) => o.kind === "DaemonSet" && o.metadata?.name === "radixkvd");
   if (!cache) { fail("deploy/kubernetes", "no DaemonSet radixkvd"); return; }
@@ -243,23 +271,7 @@ function checkDeployment(objs) {
   if ((main.securityContext?.runAsUser ?? tpl.spec.securityContext?.runAsUser) !== 10001) {
     fail(where, "radixkvd must run as uid 10001");
   }
-  // Flags: from the ConfigMap through --flagfile, then the args after it.
-  const flagfile = (main.args ?? []).find((a) => a.startsWith("--flagfile="))?.slice(11);
-  let flags = [];
-  if (flagfile) {
-    const mount = (main.volumeMounts ?? []).find((m) => flagfile.startsWith(m.mountPath + "/"));
-    const vol = mount && tpl.spec.volumes.find((v) => v.name === mount.name);
-    const cm = vol?.configMap && objs.find((o) => o.kind === "ConfigMap" &&
-      o.metadata.name === vol.configMap.name && o.metadata.namespace === cache.metadata.namespace);
-    const key = flagfile.slice(mount?.mountPath.length + 1);
-    if (!cm || cm.data?.[key] === undefined) {
-      fail(where, `--flagfile=${flagfile} is not a key of a ConfigMap mounted in the pod`);
-    } else {
-      flags = cm.data[key].split("\n").map((l) => l.trim()).filter((l) => l && !l.startsWith("#"));
-    }
-  }
-  flags.push(...(main.args ?? []).filter((a) => !a.startsWith("--flagfile=")));
-  const flag = (name) => flags.filter((f) => f.startsWith(`--${name}=`)).pop()?.split("=").slice(1).join("=");
+  const flag = effectiveFlags(where, objs, cache);
   if (flag("socket") !== SOCKET) fail(where, `--socket must be ${SOCKET} (the probes' and workers' path)`);
   const metrics = flag("metrics_listen");
   const metricsPort = Number(metrics?.split(":").pop());
@@ -300,6 +312,74 @@ function checkDeployment(objs) {
     }
     if (spec.securityContext?.runAsUser === 10001) fail(ww, "run workers as their own uid, not the daemon's");
   }
+}
+
+// --- tiers below the pool (--tier, docs/TIERS.md) ----------------------------
+
+// Bytes of a Kubernetes memory quantity (1Gi, 512Mi, 1G, 1e9) or of a
+// radixkvd size (8GiB, 2MiB, 4096); NaN when it is neither.
+function bytesOf(q) {
+  const m = /^([0-9.]+(?:e[0-9]+)?)\s*([KMGTP]i?B?|k|B)?$/.exec(String(q ?? ""));
+  if (!m) return NaN;
+  const unit = (m[2] ?? "").replace(/B$/, "");
+  const pow = { "": 0, K: 1, k: 1, M: 2, G: 3, T: 4, P: 5 }[unit.replace(/i$/, "")];
+  const base = unit.endsWith("i") || /B$/.test(m[2] ?? "") ? 1024 : 1000;
+  return Number(m[1]) * base ** pow;
+}
+
+// The daemon of `cache` (DaemonSet radixkvd, its ConfigMap in `objs`) has
+// tiers: the pool fixes its page_bytes; the disk tier's directory is a
+// hostPath mounted writable, handed to uid 10001 by the init container; the
+// container's memory request and limit exceed `baseCache`'s by the host
+// tier's bytes; no surge puts two daemons on one tier file. Returns whether
+// --tier is set.
+function checkTiers(where, objs, cache, baseCache) {
+  const flag = effectiveFlags(where, objs, cache);
+  const tierFlag = flag("tier");
+  if (!tierFlag) return false;
+  const pool = flag("pool") ?? "";
+  if (!/^(host|cuda),/.test(pool) || !/(^|,)page_bytes=/.test(pool)) {
+    fail(where, `--tier needs a host or cuda --pool with page_bytes= (the --pool that wins is "${pool}")`);
+  }
+  const spec = cache.spec.template.spec;
+  const main = spec.containers.find((c) => c.name === "radixkvd");
+  const init = (spec.initContainers ?? [])[0];
+  let hostBytes = 0;
+  for (const t of tierFlag.split(";")) {
+    const [kind, ...kv] = t.split(",");
+    const opt = Object.fromEntries(kv.map((x) => [x.split("=")[0], x.split("=").slice(1).join("=")]));
+    if (!(bytesOf(opt.bytes) > 0)) fail(where, `--tier ${kind}: bytes=${opt.bytes} is not a size`);
+    if (kind === "host") { hostBytes = bytesOf(opt.bytes); continue; }
+    if (kind !== "disk") { fail(where, `--tier: unknown kind ${kind}`); continue; }
+    const dir = opt.path ?? "";
+    const mount = (main.volumeMounts ?? []).find((m) => dir === m.mountPath || dir.startsWith(m.mountPath + "/"));
+    const vol = mount && (spec.volumes ?? []).find((v) => v.name === mount.name);
+    if (!mount || mount.readOnly) fail(where, `the disk tier's ${dir} is not on a writable volume mount`);
+    else if (!vol?.hostPath || !["Directory", "DirectoryOrCreate"].includes(vol.hostPath.type)) {
+      fail(where, `the disk tier's volume ${mount.name} must be a hostPath directory (the file outlives the pod)`);
+    }
+    const initMount = vol && (init?.volumeMounts ?? []).find((m) => m.name === vol.name);
+    const initCmd = [...(init?.command ?? []), ...(init?.args ?? [])].join(" ");
+    const chowned = initMount && initCmd.split("&&").some((part) => {
+      const words = part.trim().split(/\s+/);
+      return words[0] === "chown" && words[1] === "10001:10001" && words.slice(2).includes(initMount.mountPath);
+    });
+    if (!chowned) fail(where, `the init container must mount the disk tier's volume and chown it to 10001:10001`);
+  }
+  const baseMain = baseCache.spec.template.spec.containers.find((c) => c.name === "radixkvd");
+  for (const kind of ["requests", "limits"]) {
+    const have = bytesOf(main.resources?.[kind]?.memory);
+    const need = bytesOf(baseMain.resources?.[kind]?.memory) + hostBytes;
+    if (!(have >= need)) {
+      fail(where, `resources.${kind}.memory ${main.resources?.[kind]?.memory} is below ` +
+        `${baseMain.resources?.[kind]?.memory} plus the host tier's ${hostBytes} bytes`);
+    }
+  }
+  const surge = cache.spec.updateStrategy?.rollingUpdate?.maxSurge;
+  if (surge !== undefined && surge !== 0 && surge !== "0%") {
+    fail(where, "maxSurge would start a second daemon on the node's tier file (one daemon per directory)");
+  }
+  return true;
 }
 
 // --- main -----------------------------------------------------------------
@@ -358,9 +438,13 @@ for (const [rel, ops] of patches) {
   let patched;
   try { patched = applyPatch(cache, ops); } catch (e) { fail(rel, e.message); continue; }
   if (await validateObject(`${rel} applied to DaemonSet radixkvd`, patched)) validated++;
+  const withPatched = objects.map((o) => (o === cache ? patched : o));
   const before = errors.length;
-  checkDeployment(objects.map((o) => (o === cache ? patched : o)));
+  checkDeployment(withPatched);
   for (const e of errors.splice(before)) fail(`${rel} applied`, e);
+  if (!checkTiers(`${rel} applied`, withPatched, patched, cache) && /tiers/.test(rel)) {
+    fail(rel, "sets no --tier");
+  }
   if (/cuda/.test(rel)) {
     const spec = patched.spec.template.spec;
     const env = spec.containers[0].env ?? [];
@@ -372,8 +456,55 @@ for (const [rel, ops] of patches) {
   }
 }
 
+// kustomization.yaml's commented `patches:` examples, each an overlay
+// directory (K8S_EXAMPLES, one a line), applied in their order: valid, the
+// deployment's rules hold, the cuda pool wins where cuda-pool.yaml is among
+// them, and tiers.yaml's rules hold where it is.
+const cacheOf = (objs) => objs.find((o) => o.kind === "DaemonSet" && o.metadata?.name === "radixkvd");
+const baseCache = cacheOf(objects);
+function loadExample(dir) {
+  const k = parse(readFileSync(join(dir, "kustomization.yaml"), "utf8"), { uniqueKeys: true });
+  return (k.patches ?? []).map((p) => {
+    if (p.target?.kind !== "DaemonSet" || p.target?.name !== "radixkvd") {
+      throw new Error("a patch whose target is not DaemonSet radixkvd");
+    }
+    return p.path ? [basename(p.path), parse(readFileSync(resolve(dir, p.path), "utf8"))]
+      : ["inline", parse(p.patch)];
+  });
+}
+const tierExamples = new Set();
+for (const dir of (process.env.K8S_EXAMPLES ?? "").split("\n").filter(Boolean)) {
+  let list, patched;
+  try {
+    list = loadExample(dir);
+    patched = list.reduce((doc, [, ops]) => applyPatch(doc, ops), baseCache);
+  } catch (e) {
+    fail(`kustomization.yaml example ${basename(dir)}`, e.message);
+    continue;
+  }
+  const names = list.map(([n]) => n);
+  const where = `kustomization.yaml example [${names.join(", ")}]`;
+  if (await validateObject(`${where} applied to DaemonSet radixkvd`, patched)) validated++;
+  const objs = objects.map((o) => (o === baseCache ? patched : o));
+  const before = errors.length;
+  checkDeployment(objs);
+  for (const e of errors.splice(before)) fail(where, e);
+  const cuda = names.includes("cuda-pool.yaml");
+  if (cuda && !(effectiveFlags(where, objs, patched)("pool") ?? "").startsWith("cuda,")) {
+    fail(where, "the --pool that wins is not the cuda pool");
+  }
+  if (names.includes("tiers.yaml")) {
+    if (!checkTiers(where, objs, patched, baseCache)) fail(where, "sets no --tier");
+    tierExamples.add(cuda ? "cuda" : "alone");
+  }
+}
+if (patches.some(([rel]) => rel === "patches/tiers.yaml") && tierExamples.size !== 2) {
+  fail("kustomization.yaml", "needs `patches:` examples of patches/tiers.yaml alone and after patches/cuda-pool.yaml");
+}
+
 // kustomize's output (extra arguments): every object valid, none lost.
 let renderedCount = 0;
+let renderedBase = null;
 for (const file of process.argv.slice(3)) {
   const docs = parseAllDocuments(readFileSync(file, "utf8"));
   const objs = docs.map((d) => d.toJS()).filter(Boolean);
@@ -384,6 +515,16 @@ for (const file of process.argv.slice(3)) {
   if (kinds !== "ConfigMap,DaemonSet,Namespace,PodMonitor,Service") fail(file, `renders ${kinds}`);
   if (/cuda/.test(file) && objs.find((o) => o.kind === "DaemonSet")?.spec.template.spec.runtimeClassName !== "nvidia") {
     fail(file, "the cuda patch was not applied");
+  }
+  const name = basename(file);
+  const rds = cacheOf(objs);
+  if (name === "kustomize-base.yaml") renderedBase = rds;
+  if (!rds) continue;
+  if (/cuda/.test(name) && !(effectiveFlags(name, objs, rds)("pool") ?? "").startsWith("cuda,")) {
+    fail(file, "the --pool that wins is not the cuda pool");
+  }
+  if (/tiers/.test(name) && !checkTiers(`kustomize ${name}`, objs, rds, renderedBase ?? baseCache)) {
+    fail(file, "the tiers patch was not applied");
   }
 }
 
@@ -406,6 +547,30 @@ for (const [what, base, mutate] of broken) {
   if (strictValidate(Model, copy).length === 0) fail("negative control", `${what} was accepted`);
   else controls++;
 }
+// ... and each broken use of patches/tiers.yaml must break a tier rule.
+const opsOf = (rel) => patches.find(([r]) => r === rel)?.[1];
+const tiersOps = opsOf("patches/tiers.yaml");
+const cudaOps = opsOf("patches/cuda-pool.yaml");
+const mainMounts = "/spec/template/spec/containers/0/volumeMounts/-";
+const brokenTiers = !tiersOps || !baseCache ? [] : [
+  ["tiers.yaml without raising the memory",
+   tiersOps.filter((o) => o.op === "test" || !o.path.includes("/resources/"))],
+  ["tiers.yaml without chowning the tier directory",
+   tiersOps.filter((o) => !(o.op === "replace" && o.path.endsWith("/initContainers/0/command")))],
+  ["tiers.yaml with the tier directory mounted read-only",
+   tiersOps.map((o) => (o.path === mainMounts ? { ...o, value: { ...o.value, readOnly: true } } : o))],
+  ["tiers.yaml with a surge of new pods",
+   [...tiersOps, { op: "add", path: "/spec/updateStrategy/rollingUpdate/maxSurge", value: 1 }]],
+  ...(cudaOps ? [["cuda-pool.yaml, then tiers.yaml: a cuda pool without page_bytes",
+                  [...cudaOps, ...tiersOps]]] : []),
+];
+for (const [what, ops] of brokenTiers) {
+  const patched = applyPatch(baseCache, ops);
+  const before = errors.length;
+  checkTiers("negative control", objects.map((o) => (o === baseCache ? patched : o)), patched, baseCache);
+  if (errors.length === before) fail("negative control", `${what} was accepted`);
+  else { errors.splice(before); controls++; }
+}
 
 const pkg = (name) => JSON.parse(readFileSync(new URL(`./node_modules/${name}/package.json`, import.meta.url))).version;
 if (errors.length) {
@@ -418,8 +583,31 @@ console.log(`k8s_validate: ${validated} objects valid (kubernetes-models ${pkg("
   `${renderedCount} kustomize-rendered objects valid, deployment rules hold, ` +
   `${controls} negative controls rejected`);
 EOF
-# What `kubectl apply -k` would send, with and without the cuda patch, when
-# kubectl (with its built-in kustomize) is on this machine.
+# kustomization.yaml's commented `patches:` examples, each made an overlay
+# of the manifests (patch paths relative to it): a block starts at
+# "#   patches:" and goes on while its lines are indented further.
+examples=()
+if [ -f "$manifests/kustomization.yaml" ]; then
+  awk -v out="$tmp/example" '
+    /^#   patches:$/ { n++; inb = 1; print "patches:" > (out n ".yaml"); next }
+    inb && /^#     / { print substr($0, 5) > (out n ".yaml"); next }
+    { inb = 0 }' "$manifests/kustomization.yaml"
+  for f in "$tmp"/example*.yaml; do
+    [ -e "$f" ] || continue
+    d=${f%.yaml}
+    mkdir "$d"
+    rel=$(realpath --relative-to="$d" "$manifests")
+    { printf 'resources: [%s]\n' "$rel"; sed "s|path: patches/|path: $rel/patches/|" "$f"; } \
+      > "$d/kustomization.yaml"
+    examples+=("$d")
+  done
+fi
+export K8S_EXAMPLES
+K8S_EXAMPLES=$(printf '%s\n' "${examples[@]}")
+
+# What `kubectl apply -k` would send, with and without the cuda patch, and
+# for each example above, when kubectl (with its built-in kustomize) is on
+# this machine.
 rendered=()
 if command -v kubectl >/dev/null 2>&1 && [ -f "$manifests/kustomization.yaml" ]; then
   mkdir "$tmp/overlay"
@@ -429,5 +617,13 @@ if command -v kubectl >/dev/null 2>&1 && [ -f "$manifests/kustomization.yaml" ];
   kubectl kustomize "$manifests" > "$tmp/kustomize-base.yaml"
   kubectl kustomize --load-restrictor=LoadRestrictionsNone "$tmp/overlay" > "$tmp/kustomize-cuda.yaml"
   rendered=("$tmp/kustomize-base.yaml" "$tmp/kustomize-cuda.yaml")
+  for d in "${examples[@]}"; do
+    # Named after its patches (the validator's checks go by name).
+    name=$(sed -n 's|.*path: .*/patches/\(.*\)\.yaml$|\1|p' "$d/kustomization.yaml" | paste -sd+)
+    if grep -q '^    patch:' "$d/kustomization.yaml"; then name=$name+inline; fi
+    out=$tmp/kustomize-$(basename "$d")-$name.yaml
+    kubectl kustomize --load-restrictor=LoadRestrictionsNone "$d" > "$out"
+    rendered+=("$out")
+  done
 fi
 node "$tmp/validate.mjs" "$manifests" "${rendered[@]}"
