@@ -186,6 +186,7 @@ Lease& Lease::operator=(Lease&& other) noexcept {
   total_blocks_ = other.total_blocks_;
   matched_blocks_ = other.matched_blocks_;
   matched_tokens_ = other.matched_tokens_;
+  promoted_blocks_ = other.promoted_blocks_;
   new_blocks_ = other.new_blocks_;
   committed_blocks_ = other.committed_blocks_;
   pages_ = std::move(other.pages_);
@@ -475,6 +476,7 @@ absl::StatusOr<Lease> Client::LeaseFromResponse(
   lease.total_blocks_ = resp.total_blocks();
   lease.matched_blocks_ = resp.matched_blocks();
   lease.matched_tokens_ = resp.matched_tokens();
+  lease.promoted_blocks_ = resp.promoted_blocks();
   lease.new_blocks_ = resp.new_blocks();
   if (!resp.pages_le().empty()) {
     const std::string& le = resp.pages_le();

@@ -188,6 +188,9 @@ class Lease {
   // Leading blocks found in the cache, and their token count.
   uint32_t matched_blocks() const { return matched_blocks_; }
   uint64_t matched_tokens() const { return matched_tokens_; }
+  // Of matched_blocks(), those the daemon copied up from a tier below its
+  // pool (--tier) for this lease; they read like any other matched block.
+  uint32_t promoted_blocks() const { return promoted_blocks_; }
   // Pages allocated for blocks matched_blocks() .. matched_blocks() +
   // new_blocks() - 1; fewer than asked when the pool is pinned full.
   uint32_t new_blocks() const { return new_blocks_; }
@@ -270,6 +273,7 @@ class Lease {
   uint32_t total_blocks_ = 0;
   uint32_t matched_blocks_ = 0;
   uint64_t matched_tokens_ = 0;
+  uint32_t promoted_blocks_ = 0;
   uint32_t new_blocks_ = 0;
   uint32_t committed_blocks_ = 0;
   std::vector<uint64_t> pages_;

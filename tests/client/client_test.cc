@@ -195,6 +195,30 @@ TEST_F(ClientTest, ExpiredDroppedLeaseDoesNotFailTheNextAcquire) {
   EXPECT_EQ(Stats().leases(), 1u);
 }
 
+TEST_F(ClientTest, PromotedBlocksAreCountedOnTheLease) {
+  // A 16-page pool (pages of this namespace's 512 bytes) over a host tier:
+  // four 8-block prompts evict the first two into the tier.
+  daemon_->Kill(SIGKILL);
+  daemon_->set_extra_flags(
+      {"--pool=host,bytes=8KiB,page_bytes=512", "--tier=host,bytes=64KiB"});
+  ASSERT_TRUE(daemon_->Start().ok());
+  auto client = Connect(Options());
+  ASSERT_NE(client, nullptr);
+  for (uint32_t salt = 0; salt < 4; ++salt) {
+    absl::StatusOr<Lease> lease = client->Acquire(Prompt(32, salt));
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    EXPECT_EQ(lease->promoted_blocks(), 0u);
+    ASSERT_EQ(lease->new_blocks(), 8u);
+    ASSERT_TRUE(lease->Commit(8, /*release=*/true).ok());
+  }
+  absl::StatusOr<Lease> again = client->Acquire(Prompt(32, 0));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->matched_blocks(), 8u);
+  EXPECT_EQ(again->promoted_blocks(), 8u);
+  Lease moved = *std::move(again);  // the count moves with the lease
+  EXPECT_EQ(moved.promoted_blocks(), 8u);
+}
+
 TEST_F(ClientTest, CommitThenHitAndPin) {
   auto client = Connect(Options());
   ASSERT_NE(client, nullptr);

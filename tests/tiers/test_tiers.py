@@ -144,6 +144,33 @@ def test_evicted_blocks_come_back_from_the_tier(prompts, tier_dir, reference,
         d.stop()
 
 
+def test_the_python_client_says_how_many_blocks_were_promoted(tier_dir):
+    """The client libraries expose AcquireResponse.promoted_blocks: a prompt
+    evicted to the host tier comes back promoted, and says so."""
+    import radixkv
+    # 2 (K and V) * 1 layer * 1 head * 64 * 16 tokens * 4 bytes = PAGE_BYTES.
+    spec = radixkv.NamespaceSpec(model="promoted", num_layers=1,
+                                 num_kv_heads=1, head_dim=64, page_size=16,
+                                 dtype="fp32")
+    d = start(tier_dir, spec=CHAINS["host"])
+    try:
+        with radixkv.Client(endpoint=d.sock, namespace=spec,
+                            release_delay=0) as c:
+            rows = [[(7 * i + 13 * j) % 500 + 1 for j in range(PROMPT_TOKENS)]
+                    for i in range(PROMPTS)]
+            for tokens in rows:  # 4 prompts of 8 blocks through 16 pages
+                with c.acquire(tokens) as lease:
+                    assert lease.promoted_blocks == 0
+                    lease.commit()
+            with c.acquire(rows[0]) as lease:
+                assert lease.matched_blocks == 8, lease
+                assert lease.promoted_blocks == 8, lease
+            with c.acquire(rows[0]) as lease:  # in the pool now
+                assert (lease.matched_blocks, lease.promoted_blocks) == (8, 0)
+    finally:
+        d.stop()
+
+
 def test_a_restarted_daemon_serves_the_tier_again(prompts, tier_dir, reference):
     d = start(tier_dir)
     run_worker(prompts, "unix:" + d.sock)

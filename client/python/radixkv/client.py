@@ -182,7 +182,8 @@ class Lease:
 
     __slots__ = ("_core", "_pool", "_spec", "_session_id", "_generation",
                  "lease_id", "degraded", "total_blocks", "matched_blocks",
-                 "matched_tokens", "new_blocks", "committed_blocks", "pages",
+                 "matched_tokens", "promoted_blocks", "new_blocks",
+                 "committed_blocks", "pages",
                  "expires_unix_ms", "_ended", "_life", "_usable_until",
                  "_writing")
 
@@ -199,6 +200,9 @@ class Lease:
         self.total_blocks = total_blocks
         self.matched_blocks = 0
         self.matched_tokens = 0
+        # Of matched_blocks, those the daemon copied up from a tier below
+        # its pool (--tier) for this lease; they read like the others.
+        self.promoted_blocks = 0
         self.new_blocks = 0
         self.committed_blocks = 0
         self.pages: List[int] = []
@@ -620,6 +624,7 @@ class Client:
         lease.total_blocks = response.total_blocks
         lease.matched_blocks = response.matched_blocks
         lease.matched_tokens = response.matched_tokens
+        lease.promoted_blocks = response.promoted_blocks
         lease.new_blocks = response.new_blocks
         lease.expires_unix_ms = response.lease_expires_unix_ms
         lease._life = session.life  # pylint: disable=protected-access
