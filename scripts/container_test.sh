@@ -13,7 +13,14 @@
 #      hits them (through the gRPC socket and the attach socket);
 #   5. a worker outside group 10001 cannot reach the sockets (its run still
 #      completes, with no hits);
-#   6. `podman stop` (SIGTERM) drains radixkvd and it exits 0.
+#   6. `podman stop` (SIGTERM) drains radixkvd and it exits 0;
+#   7. the tiers patch (deploy/kubernetes/patches/tiers.yaml), small: a tier
+#      directory as kubelet creates it, handed to radixkv by the patch's init
+#      command, radixkvd with the patch's --pool and --tier (8 KiB pages of
+#      the tiny model): a second pass over 4 prompts that overflow the pool
+#      hits blocks promoted from the tiers;
+#   8. after `podman stop`, radixkvd started again on the same tier directory
+#      reloads the disk tier's blocks and serves hits from them.
 # Not part of ctest (it compiles radixkv inside the image). Run as root:
 #   scripts/container_test.sh
 # Environment: RADIXKV_CONTAINER_WORK (containers.conf, build log, ccache;
@@ -128,7 +135,10 @@ fi
 # --- layout -----------------------------------------------------------------
 tmp=$(mktemp -d /tmp/radixkv-ct.XXXXXX)
 cleanup() {
-  pm rm -f "$name" >/dev/null 2>&1 || true
+  local c
+  for c in "$name" "$name-default" "$name-tier" "$name-tier2"; do
+    pm rm -f "$c" >/dev/null 2>&1 || true
+  done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -172,38 +182,46 @@ pm run -d --name "$name" "${hardening[@]}" --user 10001:10001 \
   --pool=host,bytes=256MiB >/dev/null
 
 probe=(radixkvctl --endpoint=unix:/run/radixkv/radixkvd.sock --timeout=2s health)
-ready=0
-for _ in $(seq 1 60); do
-  if pm exec "$name" "${probe[@]}" >/dev/null 2>&1; then ready=1; break; fi
-  [ "$(pm inspect --format '{{.State.Running}}' "$name")" = true ] || break
-  sleep 0.5
-done
-if [ "$ready" != 1 ]; then
-  pm logs "$name" >&2 || true
-  die "radixkvd did not become healthy"
-fi
+wait_healthy() {  # wait_healthy CONTAINER: the probe succeeds within 30 s
+  local _
+  for _ in $(seq 1 60); do
+    if pm exec "$1" "${probe[@]}" >/dev/null 2>&1; then return 0; fi
+    [ "$(pm inspect --format '{{.State.Running}}' "$1")" = true ] || break
+    sleep 0.5
+  done
+  pm logs "$1" >&2 || true
+  return 1
+}
+# stop_exit0 CONTAINER: `podman stop` (SIGTERM) and radixkvd exits 0.
+stop_exit0() {
+  pm stop -t 30 "$1" >/dev/null
+  local code
+  code=$(pm inspect --format '{{.State.ExitCode}}' "$1")
+  [ "$code" = 0 ] || { pm logs "$1" 2>&1 | tail -4 >&2; die "$1 exited $code after SIGTERM"; }
+}
+wait_healthy "$name" || die "radixkvd did not become healthy"
 step "probe in the container: $(pm exec "$name" "${probe[@]}")"
 ls -ln "$run_dir"
 
 printf '%s\n' "The node cache keeps every prompt prefix that a worker on the node has computed, so that the next worker with the same prefix reads its KV blocks from the shared pool and prefills only the rest of its prompt." \
   > "$tmp/prompt.txt"
 chmod 0644 "$tmp/prompt.txt"
-worker() {  # worker UID GROUP_ADD...
-  local uid=$1; shift
+worker() {  # worker --text|--prompts FILE UID GROUP_ADD...: one JSON line a prompt
+  local input=$1 file=$2 uid=$3; shift 3
   local groups=()
   for g in "$@"; do groups+=(--group-add "$g"); done
   pm run --rm "${hardening[@]}" --user "$uid:$uid" "${groups[@]}" \
-    -v "$run_dir:/run/radixkv" -v "$tmp/prompt.txt:/prompt.txt:ro" -e RADIXKV_THREADS=1 \
-    --entrypoint radixkv-worker "$image" run --text /prompt.txt --model tiny --decode 4 \
+    -v "$run_dir:/run/radixkv" -v "$file:/prompts:ro" -e RADIXKV_THREADS=1 \
+    --entrypoint radixkv-worker "$image" run "$input" /prompts --model tiny --decode 4 \
     --json --endpoint unix:/run/radixkv/radixkvd.sock --timeout 5s
 }
 field() { /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())[sys.argv[1]])' "$1"; }
 
 step "worker uid 10002 (group 10001), first run"
-first=$(worker 10002 10001) || die "worker run 1"
+first=$(worker --text "$tmp/prompt.txt" 10002 10001) || die "worker run 1"
 echo "$first"
 step "worker uid 10003 (group 10001), second run"
-second=$(worker 10003 10001) || die "worker run 2"
+second=$(worker --text "$tmp/prompt.txt" 10003 10001) || die "worker run 2"
 echo "$second"
 [ "$(echo "$first" | field matched_tokens)" = 0 ] || die "first run should miss"
 [ "$(echo "$first" | field committed_blocks)" -gt 0 ] || die "first run committed nothing"
@@ -213,7 +231,7 @@ hits=$(echo "$second" | field matched_tokens)
 
 step "worker uid 10004 without group 10001"
 outsider_err=$tmp/outsider.err
-outsider=$(worker 10004 2>"$outsider_err") || { cat "$outsider_err" >&2; die "outsider run failed"; }
+outsider=$(worker --text "$tmp/prompt.txt" 10004 2>"$outsider_err") || { cat "$outsider_err" >&2; die "outsider run failed"; }
 echo "$outsider"
 grep -v 'device auto' "$outsider_err" | head -3 || true
 [ "$(echo "$outsider" | field matched_tokens)" = 0 ] || die "a worker outside group 10001 got hits"
@@ -229,15 +247,141 @@ pm logs "$name" 2>&1 | tail -4
 step "the image's own entry point and arguments (docker run IMAGE --pool=...)"
 pm run -d --name "$name-default" "${hardening[@]}" -v "$run_dir:/run/radixkv" \
   "$image" --pool=host,bytes=64MiB >/dev/null
-trap 'pm rm -f "$name-default" >/dev/null 2>&1 || true; cleanup' EXIT
-ready=0
-for _ in $(seq 1 60); do
-  if pm exec "$name-default" "${probe[@]}" >/dev/null 2>&1; then ready=1; break; fi
-  sleep 0.5
-done
-[ "$ready" = 1 ] || { pm logs "$name-default" >&2; die "the default entry point did not become healthy"; }
-pm stop -t 30 "$name-default" >/dev/null
-code=$(pm inspect --format '{{.State.ExitCode}}' "$name-default")
-[ "$code" = 0 ] || die "the default entry point exited $code after SIGTERM"
+wait_healthy "$name-default" || die "the default entry point did not become healthy"
+stop_exit0 "$name-default"
 
-step "PASS: image $image; second run hit $hits tokens; radixkvd exited 0 on SIGTERM"
+# --- tiers (deploy/kubernetes/patches/tiers.yaml) -----------------------------
+# The patch's ops applied to the DaemonSet: its init command, its tier
+# directory mount and radixkvd's arguments, with the sizes made small: a pool
+# of 16 pages and a host tier of 6 pages of the tiny model (8 KiB), so that 4
+# prompts of 8 blocks overflow both and reach the disk tier, and a 4 MiB tier
+# file. Printed one a line: init command, mount path, arguments.
+layout=$(/usr/bin/python3 - "$repo/deploy/kubernetes/daemonset.yaml" \
+    "$repo/deploy/kubernetes/patches/tiers.yaml" <<'EOF'
+import sys, yaml
+spec = yaml.safe_load(open(sys.argv[1]))["spec"]["template"]["spec"]
+args = list(spec["containers"][0]["args"])
+init_cmd = mount = None
+for op in yaml.safe_load(open(sys.argv[2])):
+    path = op["path"].removeprefix("/spec/template/spec/")
+    if op["op"] == "test":
+        continue
+    if path.startswith("containers/0/args/"):
+        assert op["op"] == "add", op
+        at = path.rsplit("/", 1)[1]
+        args.append(op["value"]) if at == "-" else args.insert(int(at), op["value"])
+    elif path == "initContainers/0/command":
+        assert op["value"][:2] == ["sh", "-c"], op
+        init_cmd = op["value"][2]
+    elif path == "containers/0/volumeMounts/-" and op["value"]["name"] == "tier":
+        mount = op["value"]["mountPath"]
+PAGE = 8192
+def shrink(arg):
+    flag, _, value = arg.partition("=")
+    if flag not in ("--pool", "--tier"):
+        return arg
+    out = []
+    for part in value.split(";"):
+        kind, *kvs = part.split(",")
+        kv = dict(x.split("=", 1) for x in kvs)
+        if flag == "--pool":
+            kv.update(bytes=str(16 * PAGE), page_bytes="8KiB")
+        elif kind == "host":
+            kv["bytes"] = str(6 * PAGE)
+        else:
+            assert kind == "disk" and kv["path"] == mount, (part, mount)
+            kv["bytes"] = "4MiB"
+        out.append(",".join([kind] + [f"{k}={v}" for k, v in kv.items()]))
+    return flag + "=" + ";".join(out)
+args = [shrink(a) for a in args]
+tier = [a for a in args if a.startswith("--tier=")]
+assert init_cmd and mount and len(tier) == 1, (init_cmd, mount, args)
+assert [p.split(",")[0] for p in tier[0][7:].split(";")] == ["host", "disk"], tier
+print(init_cmd, mount, *args, sep="\n")
+EOF
+) || die "cannot read the tiers patch"
+mapfile -t layout <<< "$layout"
+tier_init=${layout[0]}
+tier_mount=${layout[1]}
+tier_args=("${layout[@]:2}")
+tier_dir=$tmp/tier
+mkdir -m 0755 "$tier_dir"            # what kubelet's DirectoryOrCreate makes
+
+step "tiers patch: init container: $tier_init"
+pm run --rm "${hardening[@]}" --user 0:0 --cap-add=CHOWN --cap-add=FOWNER \
+  -v "$run_dir:/run/radixkv" -v "$tier_dir:$tier_mount" --entrypoint sh "$image" -c "$tier_init"
+mode=$(stat -c '%u:%g %a' "$tier_dir")
+[ "$mode" = "10001:10001 700" ] || die "tier directory is $mode, want 10001:10001 700"
+
+tier_daemon() {  # tier_daemon CONTAINER: radixkvd with the patch's layout
+  pm run -d --name "$1" "${hardening[@]}" --user 10001:10001 \
+    -v "$run_dir:/run/radixkv" -v "$tmp/radixkvd.flags:/etc/radixkv/radixkvd.flags:ro" \
+    -v "$tier_dir:$tier_mount" --entrypoint radixkvd "$image" "${tier_args[@]}" >/dev/null
+  wait_healthy "$1" || die "radixkvd with tiers ($1) did not become healthy"
+}
+ctl() { pm exec "$1" radixkvctl --endpoint=unix:/run/radixkv/radixkvd.sock "${@:2}"; }
+matched() {  # the matched_tokens of each JSON line on stdin
+  /usr/bin/python3 -c 'import json,sys; print(*(json.loads(l)["matched_tokens"] for l in sys.stdin))'
+}
+# tier_stats MODE: checks `radixkvctl stats -o json` on stdin. promoted:
+# both tiers took blocks and the disk tier promoted some; prints the disk
+# tier's blocks. reloaded=N: the host tier is empty and the disk tier
+# reloaded N blocks or more (every slot of the file with a valid header,
+# which may include blocks promoted before the stop); prints how many.
+tier_stats() {
+  /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)["stats"]
+t = {x["kind"]: x for x in s["tiers"]}
+def n(kind, field):
+    camel = field.split("_")[0] + "".join(w.title() for w in field.split("_")[1:])
+    return int(t[kind].get(field, t[kind].get(camel, 0)))
+mode = sys.argv[1]
+assert list(t) == ["host", "disk"], list(t)
+assert s.get("invariants_ok", s.get("invariantsOk")), "invariants violated"
+if mode == "promoted":
+    assert n("host", "demoted_blocks") > 0, t["host"]
+    assert n("disk", "demoted_blocks") > 0 and n("disk", "promoted_blocks") > 0, t["disk"]
+    print(n("disk", "blocks"))
+else:
+    want = int(mode.split("=")[1])
+    assert n("host", "blocks") == 0, t["host"]
+    assert n("disk", "reloaded_blocks") >= want > 0, (want, t["disk"])
+    print(n("disk", "reloaded_blocks"))' "$1"
+}
+
+/usr/bin/python3 - > "$tmp/prompts.txt" <<'EOF'
+for i in range(4):  # tests/tiers/test_tiers.py's prompts: 128 tokens each
+    print(" ".join(str((7 * i + 13 * j) % 500 + 1) for j in range(128)))
+EOF
+chmod 0644 "$tmp/prompts.txt"
+
+step "radixkvd with the tiers patch: ${tier_args[*]:1}"
+tier_daemon "$name-tier"
+pass1=$(worker --prompts "$tmp/prompts.txt" 10002 10001) || die "tiers: worker pass 1"
+pass2=$(worker --prompts "$tmp/prompts.txt" 10002 10001) || die "tiers: worker pass 2"
+step "tiers: matched tokens, pass 1: $(echo "$pass1" | matched); pass 2: $(echo "$pass2" | matched)"
+stats=$(ctl "$name-tier" stats) || die "tiers: radixkvctl stats"
+echo "$stats" | grep -E '^(evicted|tier )' || true
+{ echo "$stats" | grep -q '^tier host:' && echo "$stats" | grep -q '^tier disk:'; } ||
+  die "tiers: stats lacks a tier host or a tier disk line"
+[ "$(echo "$pass1" | matched)" = "0 0 0 0" ] || die "tiers: pass 1 should miss"
+# Prompts 2 and 3 evicted prompt 0 from the pool: its hits came back up.
+[ "$(echo "$pass2" | matched | cut -d' ' -f1)" -ge 112 ] || die "tiers: prompt 0 was not promoted"
+on_disk=$(ctl "$name-tier" -o json stats | tier_stats promoted) || die "tiers: stats after pass 2"
+
+step "tiers: podman stop (SIGTERM), then radixkvd again on the same tier directory"
+stop_exit0 "$name-tier"
+[ "$(stat -c %u "$tier_dir/radixkv-tier.dat")" = 10001 ] || die "no tier file of uid 10001"
+tier_daemon "$name-tier2"
+ctl "$name-tier2" stats | grep '^tier disk:'
+reloaded=$(ctl "$name-tier2" -o json stats | tier_stats "reloaded=$on_disk") ||
+  die "tiers: the restarted daemon did not reload the disk tier's $on_disk blocks"
+pass3=$(worker --prompts "$tmp/prompts.txt" 10002 10001) || die "tiers: worker after the restart"
+reloaded_hits=$(echo "$pass3" | matched)
+[ "$(echo "$reloaded_hits" | awk '{s = 0; for (i = 1; i <= NF; i++) s += $i; print s}')" -gt 0 ] ||
+  die "tiers: no hits after the restart"
+stop_exit0 "$name-tier2"
+step "tiers: reloaded $reloaded blocks ($on_disk in the tier at the stop); matched tokens after the restart: $reloaded_hits"
+
+step "PASS: image $image; second run hit $hits tokens; tiers promoted and reloaded blocks; radixkvd exited 0 on SIGTERM"
