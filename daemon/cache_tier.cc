@@ -132,6 +132,7 @@ void Cache::FillTierStats(v1::Stats* s) const {
     const HostTierStats d = h->stats();
     v1::TierStats* out = s->add_tiers();
     out->set_kind("host");
+    out->set_page_bytes(h->page_bytes());
     out->set_capacity_blocks(d.slots);
     out->set_blocks(d.used);
     out->set_pending_blocks(d.filling);
@@ -149,6 +150,7 @@ void Cache::FillTierStats(v1::Stats* s) const {
     const DiskTierStats d = k->stats();
     v1::TierStats* out = s->add_tiers();
     out->set_kind("disk");
+    out->set_page_bytes(k->page_bytes());
     out->set_capacity_blocks(d.slots);
     out->set_blocks(d.used);
     out->set_pending_blocks(d.pending);

@@ -136,7 +136,8 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
   if (tiers.empty() && st.has_tier()) tiers.push_back(&st.tier());
   for (const v1::TierStats* t : tiers) {
     std::string line = absl::StrCat(
-        PagesWithBytes(t->blocks(), pb), " of ",
+        PagesWithBytes(t->blocks(), t->page_bytes() != 0 ? t->page_bytes() : pb),
+        " of ",
         HumanCount(t->capacity_blocks()), ", ",
         HumanCount(t->demoted_blocks()), " demoted, ",
         HumanCount(t->promoted_blocks()), " promoted, ",
