@@ -166,7 +166,7 @@ void DiskTier::Reload() {
   }
   std::sort(found.begin(), found.end());
   // Rebuild the free list from scratch: every slot not live is free.
-  free_head_ = kNoSlot;
+  free_.Clear();
   for (auto [sequence, slot] : found) {
     Slot& s = slots_[slot];
     next_sequence_ = std::max(next_sequence_, sequence + 1);
@@ -191,9 +191,7 @@ void DiskTier::FreeSlot(uint32_t slot) {
   Slot& s = slots_[slot];
   s.state = SlotState::kFree;
   s.live = false;
-  s.prev = kNoSlot;
-  s.next = free_head_;
-  free_head_ = slot;
+  free_.Push(slots_, slot);
 }
 
 // Removes the slot's block from the index. A stored slot is freed now; a
@@ -212,16 +210,12 @@ void DiskTier::Unindex(uint32_t slot) {
 // A free slot, else the least recently stored one (its block is evicted);
 // kNoSlot when every slot is pending or being read.
 uint32_t DiskTier::AllocateSlot(TierBlock* forgotten) {
-  if (free_head_ == kNoSlot && lru_.oldest() != kNoSlot) {
+  if (free_.empty() && lru_.oldest() != kNoSlot) {
     if (forgotten != nullptr) *forgotten = slots_[lru_.oldest()].block;
     Unindex(lru_.oldest());
     ++stats_.evictions;
   }
-  if (free_head_ == kNoSlot) return kNoSlot;
-  uint32_t slot = free_head_;
-  free_head_ = slots_[slot].next;
-  slots_[slot].next = kNoSlot;
-  return slot;
+  return free_.Pop(slots_);
 }
 
 // ---- Put -------------------------------------------------------------------

@@ -240,7 +240,7 @@ class DiskTier {
   absl::flat_hash_map<BlockKey, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   SlotLru<Slot> lru_ ABSL_GUARDED_BY(mu_);  // stored slots
-  uint32_t free_head_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;
+  SlotFreeList<Slot> free_ ABSL_GUARDED_BY(mu_);
   // Staging buffers of pending slots, by slot.
   absl::flat_hash_map<uint32_t, Staged> staged_ ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;

@@ -242,10 +242,14 @@ AlignedBuffer AllocateAligned(size_t bytes) {
   return AlignedBuffer(static_cast<char*>(p));
 }
 
-int PreadFull(int fd, void* buf, size_t n, uint64_t offset) {
-  char* p = static_cast<char*>(buf);
+namespace {
+
+// Calls io (pread or pwrite) until all n bytes at p moved, retrying EINTR
+// and short transfers. 0, the errno, or EIO when the file ends first.
+template <typename Char, typename Io>
+int FullIo(Io io, int fd, Char* p, size_t n, uint64_t offset) {
   while (n > 0) {
-    ssize_t r = pread(fd, p, n, static_cast<off_t>(offset));
+    ssize_t r = io(fd, p, n, static_cast<off_t>(offset));
     if (r < 0) {
       if (errno == EINTR) continue;
       return errno;
@@ -258,20 +262,14 @@ int PreadFull(int fd, void* buf, size_t n, uint64_t offset) {
   return 0;
 }
 
+}  // namespace
+
+int PreadFull(int fd, void* buf, size_t n, uint64_t offset) {
+  return FullIo(pread, fd, static_cast<char*>(buf), n, offset);
+}
+
 int PwriteFull(int fd, const void* buf, size_t n, uint64_t offset) {
-  const char* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    ssize_t r = pwrite(fd, p, n, static_cast<off_t>(offset));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (r == 0) return EIO;
-    p += r;
-    n -= static_cast<size_t>(r);
-    offset += static_cast<uint64_t>(r);
-  }
-  return 0;
+  return FullIo(pwrite, fd, static_cast<const char*>(buf), n, offset);
 }
 
 absl::StatusOr<TierFile> OpenTierFile(const std::string& dir,

@@ -44,8 +44,7 @@ HostTier::HostTier(std::unique_ptr<gpu::HostMemory> memory,
   slots_.resize(slots);
   // The free list runs 0, 1, 2, ... so the first blocks fill the front.
   for (uint64_t i = slots; i-- > 0;) {
-    slots_[i].next = free_head_;
-    free_head_ = static_cast<uint32_t>(i);
+    free_.Push(slots_, static_cast<uint32_t>(i));
   }
   stats_.slots = slots;
   stats_.pinned = memory_->pinned();
@@ -68,9 +67,7 @@ void HostTier::FreeSlot(uint32_t slot) {
   Slot& s = slots_[slot];
   s.state = SlotState::kFree;
   s.live = false;
-  s.prev = kNoSlot;
-  s.next = free_head_;
-  free_head_ = slot;
+  free_.Push(slots_, slot);
 }
 
 size_t HostTier::Reserve(absl::Span<const TierBlock> blocks,
@@ -80,10 +77,8 @@ size_t HostTier::Reserve(absl::Span<const TierBlock> blocks,
   for (; n < blocks.size(); ++n) {
     Reservation r;
     r.block = blocks[n];
-    uint32_t slot = free_head_;
-    if (slot != kNoSlot) {
-      free_head_ = slots_[slot].next;
-    } else if (lru_.oldest() != kNoSlot) {
+    uint32_t slot = free_.Pop(slots_);
+    if (slot == kNoSlot && lru_.oldest() != kNoSlot) {
       // The oldest stored block gives up its slot; its bytes stay there
       // for the caller until Publish.
       slot = lru_.oldest();
@@ -93,7 +88,7 @@ size_t HostTier::Reserve(absl::Span<const TierBlock> blocks,
       --stats_.used;
       lru_.Unlink(slots_, slot);
       ++stats_.evictions;
-    } else {
+    } else if (slot == kNoSlot) {
       stats_.dropped_full += blocks.size() - n;
       break;
     }

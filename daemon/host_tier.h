@@ -136,7 +136,7 @@ class HostTier {
   absl::flat_hash_map<BlockKey, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   SlotLru<Slot> lru_ ABSL_GUARDED_BY(mu_);  // stored slots
-  uint32_t free_head_ ABSL_GUARDED_BY(mu_) = disk_tier::kNoSlot;
+  SlotFreeList<Slot> free_ ABSL_GUARDED_BY(mu_);
   HostTierStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

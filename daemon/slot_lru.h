@@ -2,7 +2,9 @@
 //
 // SlotLru: the least-recently-used order of a tier's slots, kept in a
 // vector and linked through each slot's own `prev` and `next` fields
-// (intrusive: nothing is allocated). Used by DiskTier and HostTier.
+// (intrusive: nothing is allocated). SlotFreeList: the tier's free slots,
+// linked through `next` alone. A slot is in at most one of them. Used by
+// DiskTier and HostTier.
 //
 //   SlotLru<Slot> lru;
 //   lru.PushNewest(slots, 7);
@@ -58,6 +60,35 @@ class SlotLru {
  private:
   uint32_t head_ = disk_tier::kNoSlot;  // oldest
   uint32_t tail_ = disk_tier::kNoSlot;  // newest
+};
+
+template <typename Slot>
+class SlotFreeList {
+ public:
+  bool empty() const { return head_ == disk_tier::kNoSlot; }
+  // Forgets every slot (the caller pushes the free ones again).
+  void Clear() { head_ = disk_tier::kNoSlot; }
+
+  // The slot popped next is the one pushed last.
+  void Push(std::vector<Slot>& slots, uint32_t slot) {
+    Slot& s = slots[slot];
+    s.prev = disk_tier::kNoSlot;
+    s.next = head_;
+    head_ = slot;
+  }
+
+  // A free slot, unlinked; kNoSlot when none is.
+  uint32_t Pop(std::vector<Slot>& slots) {
+    const uint32_t slot = head_;
+    if (slot != disk_tier::kNoSlot) {
+      head_ = slots[slot].next;
+      slots[slot].next = disk_tier::kNoSlot;
+    }
+    return slot;
+  }
+
+ private:
+  uint32_t head_ = disk_tier::kNoSlot;
 };
 
 }  // namespace radixkv::daemon

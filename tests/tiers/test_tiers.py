@@ -214,35 +214,45 @@ def test_sigkill_during_demotion_serves_no_wrong_bytes(prompts, tier_dir,
 SMALL_TIER_BYTES = 4096 + 4096 + 10 * PAGE_BYTES
 
 
+def need_event_modules():
+    """Skips the test without pyzmq and msgpack: call before any daemon
+    starts."""
+    pytest.importorskip("msgpack")
+    pytest.importorskip("zmq")
+
+
+def subscribe(endpoint):
+    """A SUB socket on the daemon's KV-event endpoint, given time to join."""
+    import zmq
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(endpoint)
+    time.sleep(0.3)
+    return sub
+
+
 def collect_events(sub):
+    """Blocks per (event type, medium) received until the stream is quiet."""
+    import msgpack
     counts = {}
     deadline = time.time() + 10
     while time.time() < deadline:
         if not sub.poll(500):
             break
         _, _, payload = sub.recv_multipart()
-        for ev in msgpack_unpack(payload)[1]:
+        for ev in msgpack.unpackb(payload, raw=False)[1]:
             key = (ev["type"], ev.get("medium"))
             counts[key] = counts.get(key, 0) + len(ev.get("block_hashes", []))
     return counts
 
 
-def msgpack_unpack(payload):
-    import msgpack
-    return msgpack.unpackb(payload, raw=False)
-
-
 def test_host_and_disk_tier_moves_are_kv_events_with_their_media(
         prompts, tier_dir, tmp_path):
-    pytest.importorskip("msgpack")
-    zmq = pytest.importorskip("zmq")
+    need_event_modules()
     endpoint = f"ipc://{tmp_path}/events.ipc"
     d = start(tier_dir, f"--kv_events_endpoint={endpoint}",
               spec=CHAINS["host+disk"].format(dir=tier_dir))
-    sub = zmq.Context.instance().socket(zmq.SUB)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(endpoint)
-    time.sleep(0.3)
+    sub = subscribe(endpoint)
     try:
         run_worker(prompts, "unix:" + d.sock)
         run_worker(prompts, "unix:" + d.sock)
@@ -302,27 +312,15 @@ def test_a_restart_keeps_the_disk_tier_not_the_host_tier(prompts, tier_dir,
 @pytest.mark.parametrize("tier_bytes", ["4MiB", str(SMALL_TIER_BYTES)])
 def test_tier_moves_are_kv_events_with_their_medium(prompts, tier_dir, tmp_path,
                                                     tier_bytes):
-    zmq = pytest.importorskip("zmq")
-    msgpack = pytest.importorskip("msgpack")
+    need_event_modules()
     endpoint = f"ipc://{tmp_path}/events.ipc"
     d = start(tier_dir, f"--kv_events_endpoint={endpoint}", tier_bytes=tier_bytes)
-    sub = zmq.Context.instance().socket(zmq.SUB)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(endpoint)
-    time.sleep(0.3)
+    sub = subscribe(endpoint)
     try:
         run_worker(prompts, "unix:" + d.sock)
         run_worker(prompts, "unix:" + d.sock)
         s = d.stats().tier
-        counts = {}
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if not sub.poll(500):
-                break
-            _, _, payload = sub.recv_multipart()
-            for ev in msgpack.unpackb(payload, raw=False)[1]:
-                key = (ev["type"], ev.get("medium"))
-                counts[key] = counts.get(key, 0) + len(ev.get("block_hashes", []))
+        counts = collect_events(sub)
     finally:
         sub.close()
         d.stop()
@@ -378,18 +376,14 @@ def cached_reference(tmp_path, tokens, cached):
 
 def test_a_corrupt_block_is_a_miss_and_a_removal_event(prompts, tier_dir,
                                                        tmp_path, reference):
-    pytest.importorskip("msgpack")
-    zmq = pytest.importorskip("zmq")
+    need_event_modules()
     d = start(tier_dir)
     run_worker(prompts, "unix:" + d.sock)
     d.stop()
     corrupt_one_stored_block(tier_dir)
     endpoint = f"ipc://{tmp_path}/events.ipc"
     d = start(tier_dir, f"--kv_events_endpoint={endpoint}")
-    sub = zmq.Context.instance().socket(zmq.SUB)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(endpoint)
-    time.sleep(0.3)
+    sub = subscribe(endpoint)
     try:
         # Every block is asked for, so the corrupt one is read and fails.
         got = run_worker(prompts, "unix:" + d.sock)
