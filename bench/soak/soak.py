@@ -54,6 +54,7 @@ COUNTERS = [
     "ops", "degraded", "acquire_errors", "pages_written", "commits_ok",
     "commits_failed", "inserted", "deduplicated", "hits_verified",
     "stale_key", "foreign_owner", "committer_unknown", "late_mismatch",
+    "commits_unknown",
 ]
 PHASES = ["idle", "starting", "acquire", "verify", "write", "commit",
           "release"]

@@ -11,7 +11,12 @@
 // A commit record says "owner O, generation G wrote block key K into page P
 // and is committing it" (state kPending, written before the Commit call),
 // then whether the Commit inserted that page (kCommitted) or not (kFailed:
-// refused, expired or deduplicated). Each page keeps its last
+// refused, expired or deduplicated). A Commit whose answer never arrived
+// (its deadline passed while the worker was stopped, say) may have been
+// applied: its records stay kPending, which names that writer as a
+// possible committer. That is safe: a page is handed to a writer only once
+// the previous holder can no longer write it, so a newer writer of the page
+// publishes a newer record. Each page keeps its last
 // kRecordsPerPage records, appended through a per-page counter. Readers
 // use them to name the committer of a page they hit: the newest record for
 // (P, K) that is not kFailed. A page holds no record newer than its
@@ -63,7 +68,7 @@ struct SlotHeader {
   std::atomic<uint64_t> acquire_errors;   // Acquires answered with an error
   std::atomic<uint64_t> pages_written;    // new pages stamped
   std::atomic<uint64_t> commits_ok;       // Commits answered OK
-  std::atomic<uint64_t> commits_failed;   // Commits answered with an error
+  std::atomic<uint64_t> commits_failed;   // Commits refused by the daemon
   std::atomic<uint64_t> inserted;         // pages a Commit inserted
   std::atomic<uint64_t> deduplicated;     // blocks a Commit deduplicated
   std::atomic<uint64_t> hits_verified;    // hit pages checked
@@ -74,7 +79,9 @@ struct SlotHeader {
   std::atomic<uint64_t> committer_unknown;  // no record names the committer
   std::atomic<uint64_t> late_mismatch;    // a mismatch seen after the
                                           // reader's own lease had expired
-  std::atomic<uint64_t> reserved[16];
+  std::atomic<uint64_t> commits_unknown;  // Commits answered with an error
+                                          // that leaves their outcome open
+  std::atomic<uint64_t> reserved[15];
 };
 static_assert(sizeof(SlotHeader) == 256);
 

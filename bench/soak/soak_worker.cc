@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -273,6 +274,26 @@ class Shared {
   uint64_t slot_;
 };
 
+// True when a failed Commit certainly changed nothing: the daemon answered
+// with a refusal, or the client refused before sending. Any other error
+// (deadline passed, connection lost, cancelled) may have come after the
+// daemon applied it.
+bool CommitWasRefused(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnauthenticated:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // --- The worker ---
 
 class Worker {
@@ -422,10 +443,18 @@ class Worker {
     std::vector<uint64_t> mine(lease.pages().begin() + m, lease.pages().end());
     absl::StatusOr<v1::CommitResponse> r = lease.Commit(n, /*release=*/true);
     if (!r.ok()) {
-      shared_->Count(&SlotHeader::commits_failed);
+      const bool refused = CommitWasRefused(r.status());
+      shared_->Count(refused ? &SlotHeader::commits_failed
+                             : &SlotHeader::commits_unknown);
+      if (!refused) {
+        std::fprintf(stderr,
+                     "soak_worker[%" PRIu64 "]: gen %" PRIu64
+                     ": Commit outcome unknown, records stay pending: %s\n",
+                     a_.owner, generation, r.status().ToString().c_str());
+      }
       for (CommitRecord* rec : records) {
-      if (rec != nullptr) rec->state.store(kFailed);
-    }
+        if (rec != nullptr && refused) rec->state.store(kFailed);
+      }
       return;
     }
     shared_->Count(&SlotHeader::commits_ok);
