@@ -288,7 +288,9 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
        .max_owner_pages = MaxSessionPages(),
        .end_leases = absl::MakeConstSpan(carried.data(), carried.size()),
        .end_leases_field = "release_leases",
-       .report_evictions = options_.tiers != nullptr});
+       .report_evictions = options_.tiers != nullptr,
+       // The tiers copy into and out of the new pages before the answer.
+       .hold_new_pages = options_.tiers != nullptr});
   if (!r.ok()) {
     if (absl::IsNotFound(r.status())) {
       // The message already names the entry: "release_leases[i]: ...".
@@ -311,6 +313,7 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
     // The session closed while this Acquire ran, possibly after its
     // ReleaseOwner: end the new lease here so that it cannot outlive it.
     t->Release(r->lease, session.owner).IgnoreError();
+    t->ReleaseHold(r->lease);
     return FieldError(absl::StatusCode::kNotFound, "session_id",
                       v1::ERROR_REASON_SESSION_NOT_FOUND,
                       "the session ended during this Acquire");
@@ -330,13 +333,15 @@ absl::Status Cache::Commit(const v1::CommitRequest& req,
   RadixTree* t = registry_.tree();
   if (t == nullptr) return absl::InternalError("session without a pool");
   absl::StatusOr<CommitResult> r =
-      t->Commit(req.lease_id(), req.blocks(), req.release(), session.owner);
+      t->Commit(req.lease_id(), req.blocks(), req.release(), session.owner,
+                /*report_inserted=*/options_.tiers != nullptr);
   if (!r.ok()) {
     if (absl::IsFailedPrecondition(r.status())) {
       return WithField("blocks", v1::ERROR_REASON_INVALID, r.status());
     }
     return LeaseError("lease_id", r.status());
   }
+  if (!r->inserted_keys.empty()) ForgetTierCopies(session, r->inserted_keys);
   resp->Clear();
   resp->set_inserted(r->inserted);
   resp->set_deduplicated(r->deduplicated);

@@ -227,6 +227,9 @@ class Cache {
   // Acquire and before the answer: the evicted pages are the lease's new
   // pages, which nobody writes until the answer arrives.
   void MoveBetweenTiers(const SessionRef& session, AcquireResult* r);
+  // After a Commit inserted `keys`: drops the tiers' older copies of them.
+  void ForgetTierCopies(const SessionRef& session,
+                        absl::Span<const BlockKey> keys);
   // Sets Match's tier_matched_blocks and tier_matched: the blocks of the
   // prompt (after the first `matched`) the tiers hold, consecutively.
   void TierMatched(const BlockKey& root, uint32_t page_size, const Prompt& p,

@@ -37,6 +37,10 @@ TreeEvent ToTreeEvent(const TierMove& m, const BlockKey& root_if_unset) {
 void Cache::MoveBetweenTiers(const SessionRef& session, AcquireResult* r) {
   TierChain& tiers = *options_.tiers;
   RadixTree* t = registry_.tree();
+  // The Acquire held the new pages (hold_new_pages): whatever ends the
+  // lease while the copies below run (its session closing, a Release of a
+  // guessed lease id), no other writer gets them before ReleaseHold.
+  const bool held = r->lease != 0 && r->new_blocks != 0;
   const BlockKey root = t->namespace_root(session.binding.ns);
   // Down first: the evicted blocks' pages are this lease's new pages, and
   // promotion below may overwrite them.
@@ -72,6 +76,8 @@ void Cache::MoveBetweenTiers(const SessionRef& session, AcquireResult* r) {
     got = tiers.Promote(absl::MakeConstSpan(r->new_keys).first(present), pages,
                         &moves);
   }
+  // The copies are done: pages of a lease that ended meanwhile go free.
+  if (held) t->ReleaseHold(r->lease);
   if (!moves.empty()) {
     std::vector<TreeEvent> events;
     events.reserve(moves.size());
@@ -99,6 +105,17 @@ void Cache::MoveBetweenTiers(const SessionRef& session, AcquireResult* r) {
   promoted_tokens_.fetch_add(got * session.binding.page_size,
                              std::memory_order_relaxed);
   r->new_blocks -= static_cast<uint32_t>(got);
+}
+
+void Cache::ForgetTierCopies(const SessionRef& session,
+                             absl::Span<const BlockKey> keys) {
+  std::vector<TierMove> moves;
+  if (options_.tiers->Forget(keys, &moves) == 0) return;
+  const BlockKey root = registry_.tree()->namespace_root(session.binding.ns);
+  std::vector<TreeEvent> events;
+  events.reserve(moves.size());
+  for (const TierMove& m : moves) events.push_back(ToTreeEvent(m, root));
+  events_.OnTreeEvents(events);
 }
 
 void Cache::TierMatched(const BlockKey& root, uint32_t page_size,
@@ -143,6 +160,7 @@ void Cache::FillTierStats(v1::Stats* s) const {
     out->set_bytes_written(d.bytes_written);
     out->set_bytes_read(d.bytes_read);
     out->set_forgotten_blocks(d.evictions);
+    out->set_superseded_blocks(d.superseded);
     out->set_pinned(d.pinned);
     FillLatency(tiers.promotion_latency(kMediumHostTier), out);
   }
@@ -164,6 +182,7 @@ void Cache::FillTierStats(v1::Stats* s) const {
     out->set_bytes_read(d.bytes_read);
     out->set_reloaded_blocks(d.reloaded);
     out->set_forgotten_blocks(d.evictions);
+    out->set_superseded_blocks(d.superseded);
     FillLatency(tiers.promotion_latency(kMediumDiskTier), out);
   }
   // Copy failures are the chain's (its PageCopier's): counted on the top

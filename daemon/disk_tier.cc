@@ -337,6 +337,21 @@ size_t DiskTier::ClaimForTake(absl::Span<const BlockKey> keys,
   return claims->size();
 }
 
+size_t DiskTier::Forget(absl::Span<const BlockKey> keys,
+                        std::vector<TierBlock>* dropped) {
+  absl::MutexLock l(&mu_);
+  size_t n = 0;
+  for (const BlockKey& key : keys) {
+    auto it = index_.find(key);
+    if (it == index_.end()) continue;
+    dropped->push_back(slots_[it->second].block);
+    Unindex(it->second);
+    ++n;
+  }
+  stats_.superseded += n;
+  return n;
+}
+
 size_t DiskTier::Take(absl::Span<const BlockKey> keys,
                       absl::Span<void* const> dst,
                       std::vector<BlockKey>* dropped) {

@@ -92,6 +92,7 @@ struct DiskTierStats {
   uint64_t evictions = 0;          // stored blocks whose slot Put reused (LRU)
   uint64_t write_errors = 0;       // failed data or header writes
   uint64_t read_errors = 0;        // failed reads at Take (block dropped)
+  uint64_t superseded = 0;         // blocks Forget dropped
   bool direct_io = false;          // data I/O uses O_DIRECT
 };
 
@@ -141,6 +142,13 @@ class DiskTier {
   // appended to *dropped (when not null).
   size_t Take(absl::Span<const BlockKey> keys, absl::Span<void* const> dst,
               std::vector<BlockKey>* dropped = nullptr);
+
+  // Drops the present copies of `keys` (blocks the pool caches again,
+  // whose pool copy is the one kept), stored or pending, appending their
+  // blocks to *dropped; a block being read leaves with the read. Returns how
+  // many were dropped.
+  size_t Forget(absl::Span<const BlockKey> keys,
+                std::vector<TierBlock>* dropped);
 
   // Metadata of a present block (for events, Explain), if present.
   bool Lookup(const BlockKey& key, TierBlock* out) const;

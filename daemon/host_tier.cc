@@ -197,6 +197,23 @@ void HostTier::Finish(absl::Span<const uint32_t> slots, bool consumed) {
   }
 }
 
+size_t HostTier::Forget(absl::Span<const BlockKey> keys,
+                        std::vector<TierBlock>* dropped) {
+  WriterMutexLock l(&mu_);
+  size_t n = 0;
+  for (const BlockKey& key : keys) {
+    auto it = index_.find(key);
+    if (it == index_.end() || slots_[it->second].state != SlotState::kStored) {
+      continue;
+    }
+    dropped->push_back(slots_[it->second].block);
+    Unindex(it->second);
+    ++n;
+  }
+  stats_.superseded += n;
+  return n;
+}
+
 HostTierStats HostTier::stats() const {
   ReaderMutexLock l(&mu_);
   return stats_;

@@ -51,6 +51,7 @@ struct HostTierStats {
   uint64_t evictions = 0;     // stored blocks whose slot Reserve reused
   uint64_t bytes_written = 0;  // bytes published
   uint64_t bytes_read = 0;     // bytes consumed
+  uint64_t superseded = 0;     // stored blocks Forget dropped
   bool pinned = false;         // the memory is page-locked for the device
 };
 
@@ -104,6 +105,13 @@ class HostTier {
   // Ends claims: consumed, the blocks leave the tier; otherwise they are
   // stored again (as most recently stored).
   void Finish(absl::Span<const uint32_t> slots, bool consumed);
+
+  // Drops the stored copies of `keys` (blocks the pool caches again, whose
+  // pool copy is the one kept), appending their blocks to *dropped. A copy
+  // being read is left to its reader (it leaves with the read). Returns how
+  // many were dropped.
+  size_t Forget(absl::Span<const BlockKey> keys,
+                std::vector<TierBlock>* dropped);
 
   HostTierStats stats() const;
   uint64_t capacity_blocks() const { return slot_count_; }

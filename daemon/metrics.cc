@@ -112,7 +112,8 @@ void AddTierFamilies(
   auto dropped = Family("radixkv_tier_dropped_blocks_total",
                         "Blocks a tier did not take (plain evictions), "
                         "blocks that failed their checksum or their read, "
-                        "and failed page copies.",
+                        "failed page copies, and copies superseded when the "
+                        "pool cached the block again.",
                         MetricType::Counter);
   auto latency = Family("radixkv_tier_promotion_seconds",
                         "Time an Acquire spent copying one run of blocks up "
@@ -132,6 +133,7 @@ void AddTierFamilies(
     AddValue(&dropped, t.checksum_failures(), {{"tier", kind}, {"reason", "checksum"}});
     AddValue(&dropped, t.copy_errors(), {{"tier", kind}, {"reason", "copy_error"}});
     AddValue(&dropped, t.read_errors(), {{"tier", kind}, {"reason", "read_error"}});
+    AddValue(&dropped, t.superseded_blocks(), {{"tier", kind}, {"reason", "superseded"}});
     prometheus::ClientMetric m;
     m.label = {{"tier", kind}};
     uint64_t cumulative = 0;

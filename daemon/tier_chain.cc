@@ -293,6 +293,23 @@ size_t TierChain::PromoteFromDisk(absl::Span<const BlockKey> keys,
   return got;
 }
 
+size_t TierChain::Forget(absl::Span<const BlockKey> keys,
+                         std::vector<TierMove>* moves) {
+  std::vector<TierBlock> dropped;
+  size_t n = 0;
+  const auto forget = [&](auto* tier, uint8_t medium) {
+    if (tier == nullptr) return;
+    dropped.clear();
+    n += tier->Forget(keys, &dropped);
+    for (const TierBlock& b : dropped) {
+      moves->push_back({.stored = false, .medium = medium, .block = b});
+    }
+  };
+  forget(host_.get(), kMediumHostTier);
+  forget(disk_.get(), kMediumDiskTier);
+  return n;
+}
+
 // ---- Lookups ---------------------------------------------------------------
 
 size_t TierChain::CountPresent(absl::Span<const BlockKey> keys,

@@ -101,6 +101,13 @@ class TierChain {
   size_t Promote(absl::Span<const BlockKey> keys,
                  absl::Span<const uint64_t> pages, std::vector<TierMove>* moves);
 
+  // Drops the tiers' copies of `keys`, blocks the pool has just cached
+  // again (a worker wrote them anew: promotion takes only the run of
+  // blocks the tiers hold from the first new one, so a block behind one no
+  // tier holds is written again), and appends what left to *moves. A block
+  // is thus in one place at a time. Returns how many were dropped.
+  size_t Forget(absl::Span<const BlockKey> keys, std::vector<TierMove>* moves);
+
   // How many of keys[0..] the tiers hold, consecutively from the first;
   // with by_medium, how many of those each tier holds (index kMedium*).
   size_t CountPresent(absl::Span<const BlockKey> keys,

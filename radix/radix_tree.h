@@ -244,6 +244,12 @@ struct AcquireRequest {
   const char* end_leases_field = "end_leases";
   // Fill AcquireResult::evicted and new_keys (for a tier below the pool).
   bool report_evictions = false;
+  // The caller copies bytes into or out of the new pages before it answers
+  // (a tier below the pool): until ReleaseHold(lease), a new page that the
+  // lease's end would free (Release, expiry, its owner's end) stays
+  // WRITING, owned by no lease, so that no other writer is handed it while
+  // the copy runs.
+  bool hold_new_pages = false;
 };
 
 // A cached block an Acquire evicted to make room (report_evictions). Its
@@ -285,6 +291,8 @@ struct CommitResult {
   // (the existing page for a deduplicated block).
   std::vector<PageId> pages;
   bool released = false;
+  // With Commit's report_inserted: the keys of the inserted blocks.
+  std::vector<BlockKey> inserted_keys;
 };
 
 // Read-only lookup result (Match).
@@ -429,6 +437,11 @@ class RadixTree {
   // max_owner_leases.
   absl::StatusOr<AcquireResult> Acquire(const AcquireRequest& req);
 
+  // Ends the hold an Acquire with hold_new_pages put on `lease`'s new
+  // pages: those its end left WRITING are freed now. No-op for a lease
+  // without a hold (or one already released).
+  void ReleaseHold(LeaseId lease);
+
   // Commits the next `blocks` uncommitted new pages of `lease` in block
   // order; with release, then ends the lease. Errors (nothing changed):
   // NOT_FOUND when `lease` is not a live lease of `owner` (unknown, ended,
@@ -437,8 +450,11 @@ class RadixTree {
   // FAILED_PRECONDITION when `blocks` exceeds the lease's uncommitted pages
   // (the message gives both numbers). Messages do not name a field: the
   // caller prefixes its own.
+  // With report_inserted, CommitResult::inserted_keys lists the keys of
+  // the blocks this call inserted.
   absl::StatusOr<CommitResult> Commit(LeaseId lease, uint32_t blocks,
-                                      bool release, OwnerId owner = kNoOwner);
+                                      bool release, OwnerId owner = kNoOwner,
+                                      bool report_inserted = false);
 
   // Ends `lease`: unpins its path, frees its uncommitted and duplicate pages.
   // NOT_FOUND as for Commit.

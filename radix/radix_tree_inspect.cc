@@ -439,6 +439,22 @@ absl::Status RadixTree::Impl::CheckLeases(uint64_t n_writing) const {
                   lease_held);
     }
   }
+  // Pages an ended lease left held (ReleaseHold frees them): WRITING,
+  // owned by no lease, counted against their account.
+  for (const auto& [id, h] : held) {
+    if (h.account >= accounts.size()) {
+      return fail("held pages of lease ", id, " in unknown account ",
+                  h.account);
+    }
+    for (PageId p : h.pages) {
+      if (p >= capacity || nodes[p].state != PageState::kWriting) {
+        return fail("lease ", id, " holds page ", p, " that is not writing");
+      }
+      if (owned[p]++) return fail("page ", p, " owned twice (held)");
+      ++lease_writing;
+      ++account_writing[h.account];
+    }
+  }
   if (n_fenced != fenced_leases || n_fenced_pages != fenced_pages) {
     return fail("fenced counters ", fenced_leases, "/", fenced_pages,
                 " != leases ", n_fenced, "/", n_fenced_pages);

@@ -650,6 +650,14 @@ struct RadixTree::Impl {
   uint64_t fenced_leases ABSL_GUARDED_BY(mu) = 0;
   uint64_t fenced_pages ABSL_GUARDED_BY(mu) = 0;
   LeaseId next_lease ABSL_GUARDED_BY(mu) = 1;
+  // Leases whose new pages are held (AcquireRequest::hold_new_pages) until
+  // ReleaseHold, and the pages their end left WRITING meanwhile, with the
+  // account those count against.
+  struct HeldPages {
+    uint32_t account = 0;
+    std::vector<PageId> pages;
+  };
+  absl::flat_hash_map<LeaseId, HeldPages> held ABSL_GUARDED_BY(mu);
   // The last `remembered_evictions` evicted keys, a ring overwritten at
   // evicted_next. Eviction only stores a key; Explain (rare) hashes the ring.
   std::vector<BlockKey> evicted_ring ABSL_GUARDED_BY(mu);

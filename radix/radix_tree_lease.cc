@@ -40,6 +40,14 @@ void RadixTree::Impl::EndLease(Lease& lease) {
 
 void RadixTree::Impl::EraseLease(LeaseMap::iterator it) {
   Lease& lease = it->second;
+  if (auto h = held.find(it->first); h != held.end()) {
+    // A copy into or out of the new pages may still run: they stay
+    // WRITING, counted against the account, until ReleaseHold.
+    for (PageId p : lease.writing) {
+      if (nodes[p].state == PageState::kWriting) h->second.pages.push_back(p);
+    }
+    lease.writing.clear();
+  }
   EndLease(lease);
   if (lease.owner != kNoOwner) {
     auto o = owner_leases.find(lease.owner);
@@ -331,6 +339,9 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
     }
     account.held += lease.held;
     ++namespaces[req.ns].leases;
+    if (req.hold_new_pages && r.new_blocks != 0) {
+      held.emplace(r.lease, HeldPages{.account = namespaces[req.ns].account});
+    }
     leases.emplace(r.lease, std::move(lease));
   }
   if (r.account_limited) ++account.limited;
@@ -381,7 +392,8 @@ void RadixTree::Impl::InsertNode(Lease& lease, PageId w, const BlockKey& key,
 
 absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
                                                uint32_t blocks, bool release,
-                                               OwnerId owner) {
+                                               OwnerId owner,
+                                               bool report_inserted) {
   Impl& m = *impl_;
   const absl::Time wall = absl::Now();
   WriterMutexLock lock(&m.mu);
@@ -434,6 +446,7 @@ absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
     }
     m.InsertNode(lease, w, key, parent, lease.matched + j, now);
     ++r.inserted;
+    if (report_inserted) r.inserted_keys.push_back(key);
     r.pages.push_back(w);
   }
   lease.committed += blocks;
@@ -445,6 +458,22 @@ absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
   }
   m.FlushEvents();
   return r;
+}
+
+void RadixTree::ReleaseHold(LeaseId lease) {
+  Impl& m = *impl_;
+  WriterMutexLock lock(&m.mu);
+  auto h = m.held.find(lease);
+  if (h == m.held.end()) return;
+  radix_internal::Account& account = m.accounts[h->second.account];
+  for (PageId p : h->second.pages) {
+    assert(m.nodes[p].state == PageState::kWriting &&
+           m.writing_count > 0 && account.writing > 0);
+    --m.writing_count;
+    --account.writing;
+    m.PushFree(p);
+  }
+  m.held.erase(h);
 }
 
 absl::Status RadixTree::Release(LeaseId lease_id, OwnerId owner) {

@@ -18,7 +18,9 @@ The policy, stated without reference to how radixkvd implements it:
   * After those evictions, the request's next blocks that the tier holds,
     consecutively from the first unmatched one, are promoted: taken out of
     the tier and committed into their new pages. They count as hits.
-  * Commit inserts the remaining granted blocks; release touches the path.
+  * Commit inserts the remaining granted blocks, and the tier forgets any
+    of them it holds (the pool's new copy supersedes it: a block is in one
+    place); release touches the path.
 
 A block is named by its whole path (every id up to it), so equal ids
 under different prefixes are different blocks, in both tiers.
@@ -52,6 +54,7 @@ class TwoTierCache:
         self.tier = collections.OrderedDict()  # path id -> None, oldest first
         self.evicted = 0
         self.promoted = 0
+        self.superseded = 0
 
     def _path_id(self, parent, block_id):
         key = (parent, block_id)
@@ -117,6 +120,10 @@ class TwoTierCache:
             del self.tier[pids[matched + promoted]]
             promoted += 1
         self.promoted += promoted
+        for pid in pids[matched + promoted:matched + granted]:
+            if pid in self.tier:
+                del self.tier[pid]
+                self.superseded += 1
         parent = pids[matched - 1] if matched else 0
         for pid in pids[matched:matched + granted]:
             self.pool[pid] = [parent, now, 0]
@@ -141,6 +148,7 @@ def run(trace_path, capacity, tier):
     return {"capacity": capacity, "tier": tier, "requests": requests,
             "blocks": blocks, "matched_blocks": matched,
             "promoted_blocks": cache.promoted, "evicted": cache.evicted,
+            "superseded_blocks": cache.superseded,
             "hit_ratio": matched / blocks if blocks else 0.0}
 
 
@@ -166,6 +174,13 @@ def self_test():
     # Promotion stops at the first block the tier lacks.
     got, c = play(2, 10, [[1, 2], [3, 4], [1, 2, 7]])
     assert got == [0, 0, 2], got
+    # A block the tier holds behind one it lost is written again, and the
+    # tier forgets its copy. (The policy never loses a parent before its
+    # child; the daemon can, through a failed checksum or Clear.)
+    got, c = play(2, 10, [[1, 2], [3, 4]])
+    del c.tier[c._path_id(0, 1)]
+    assert c.request([1, 2], 3) == 0 and c.superseded == 1, c.superseded
+    assert c._path_id(c._path_id(0, 1), 2) not in c.tier
 
 
 def main(argv):

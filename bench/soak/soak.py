@@ -23,6 +23,11 @@ Modes:
          writers mid-write and mid-Commit: a daemon that frees a stalled
          writer's pages lets it overwrite pages another writer now owns
 
+With --host_tier_pages and/or --disk_tier_pages the daemon gets tiers below
+the pool (blocks demoted and promoted all the time); a promoted block's
+stamp names the page it was written into, whose records name its
+committer.
+
 Exit status: 0 when every check passed, 1 when one failed (stale reads,
 leaked pages or leases, a failed invariant, a daemon crash), 2 for bad
 arguments or when the soak could not run.
@@ -54,7 +59,7 @@ COUNTERS = [
     "ops", "degraded", "acquire_errors", "pages_written", "commits_ok",
     "commits_failed", "inserted", "deduplicated", "hits_verified",
     "stale_key", "foreign_owner", "committer_unknown", "late_mismatch",
-    "commits_unknown",
+    "commits_unknown", "promoted", "moved_verified", "older_copy",
 ]
 PHASES = ["idle", "starting", "acquire", "verify", "write", "commit",
           "release"]
@@ -147,8 +152,11 @@ class Soak:
         log = open(os.path.join(self.dir, "radixkvd.log"), "w")
         self.daemon = subprocess.Popen(
             [self.a.radixkvd, "--socket=" + self.socket, "--metrics_listen=",
-             "--pool=host,bytes=%d" % (self.a.pool_pages * PAGE_BYTES),
-             "--lease_ttl=%dms" % self.a.lease_ttl_ms, "--log_level=warning"],
+             "--pool=host,bytes=%d%s" % (
+                 self.a.pool_pages * PAGE_BYTES,
+                 ",page_bytes=%d" % PAGE_BYTES if self.tier_flags() else ""),
+             "--lease_ttl=%dms" % self.a.lease_ttl_ms, "--log_level=warning"]
+            + self.tier_flags(),
             stdout=subprocess.PIPE, stderr=log, text=True)
         deadline = time.monotonic() + 30
         for line in self.daemon.stdout:
@@ -158,6 +166,17 @@ class Soak:
                 break
         if self.daemon.poll() is not None or not os.path.exists(self.socket):
             sys.exit("soak.py: radixkvd did not start; see %s" % log.name)
+
+    def tier_flags(self):
+        tiers = []
+        if self.a.host_tier_pages:
+            tiers.append("host,bytes=%d" % (self.a.host_tier_pages * PAGE_BYTES))
+        if self.a.disk_tier_pages:
+            os.makedirs(os.path.join(self.dir, "tier"), exist_ok=True)
+            tiers.append("disk,path=%s,bytes=%d" % (
+                os.path.join(self.dir, "tier"),
+                self.a.disk_tier_pages * PAGE_BYTES))
+        return ["--tier=" + ";".join(tiers)] if tiers else []
 
     def spawn(self, slot, role=None):
         if role is None:
@@ -173,7 +192,8 @@ class Soak:
              "--seed=%d" % self.rng.getrandbits(48),
              "--systems=%d" % self.a.systems, "--users=%d" % self.a.users,
              "--write_pause_us=%d" % self.a.write_pause_us,
-             "--lease_ttl_ms=%d" % self.a.lease_ttl_ms],
+             "--lease_ttl_ms=%d" % self.a.lease_ttl_ms,
+             "--tiers=%d" % bool(self.tier_flags())],
             stdout=subprocess.DEVNULL, stderr=err)
         err.close()
         return self.workers[slot]
@@ -420,6 +440,11 @@ def main():
     p.add_argument("--readers", type=int, default=3)
     p.add_argument("--pool_pages", type=int, default=128)
     p.add_argument("--lease_ttl_ms", type=int, default=5000)
+    p.add_argument("--host_tier_pages", type=int, default=0,
+                   help="a host tier below the pool, this many pages")
+    p.add_argument("--disk_tier_pages", type=int, default=0,
+                   help="a disk tier (in the run directory), this many "
+                        "pages")
     p.add_argument("--systems", type=int, default=4)
     p.add_argument("--users", type=int, default=32)
     p.add_argument("--write_pause_us", type=int, default=300)

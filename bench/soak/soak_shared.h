@@ -18,8 +18,12 @@
 // the previous holder can no longer write it, so a newer writer of the page
 // publishes a newer record. Each page keeps its last
 // kRecordsPerPage records, appended through a per-page counter. Readers
-// use them to name the committer of a page they hit: the newest record for
-// (P, K) that is not kFailed. A page holds no record newer than its
+// use them to name the committer of a block they hit: the newest record for
+// (P, K) that is not kFailed, where P is the page the block's bytes were
+// written into (its stamp names it; a block promoted from a lower tier
+// comes back in another page). A block's bytes exist in one place only, and
+// only while its key is cached, so a newer record for (P, K) means the
+// bytes read are not the committer's. A page holds no record newer than its
 // current content's until that content is evicted (only the holder of a
 // WRITING page records), and Commit start times are CLOCK_MONOTONIC, which
 // every process shares. Records are published with a sequence word (odd
@@ -81,7 +85,13 @@ struct SlotHeader {
                                           // reader's own lease had expired
   std::atomic<uint64_t> commits_unknown;  // Commits answered with an error
                                           // that leaves their outcome open
-  std::atomic<uint64_t> reserved[15];
+  std::atomic<uint64_t> promoted;         // blocks Acquire promoted
+  std::atomic<uint64_t> moved_verified;   // hit pages stamped in another
+                                          // page (promoted from a tier)
+  std::atomic<uint64_t> older_copy;       // with tiers: hit bytes of an
+                                          // earlier commit of the block
+                                          // than its page's newest record
+  std::atomic<uint64_t> reserved[12];
 };
 static_assert(sizeof(SlotHeader) == 256);
 

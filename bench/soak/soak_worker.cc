@@ -11,7 +11,8 @@
 //   verify  a reader that walks every prompt once, then exits
 //
 // A stamp fills the whole page with 64-byte cells, each naming the block
-// key, the writer's owner id and generation, its own index and a checksum.
+// key, the writer's owner id and generation, the page it was written into,
+// its own index and a checksum.
 // A hit page passes when every cell is intact and names the block key the
 // page was matched for and the page's committer (soak_shared.h). The worker
 // publishes its phase and counters in its slot of the shared file.
@@ -19,7 +20,7 @@
 //   soak_worker --socket=PATH --shared=FILE --slot=N --owner=ID --role=writer
 //               [--seed=S --systems=4 --users=32 --system_blocks=3
 //                --user_blocks=3 --write_chunks=4 --write_pause_us=300
-//                --lease_ttl_ms=5000 --think_us=0]
+//                --lease_ttl_ms=5000 --think_us=0 --tiers=0]
 #include <algorithm>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -68,6 +69,7 @@ struct Args {
   uint64_t systems = 4, users = 32, system_blocks = 3, user_blocks = 3;
   uint64_t write_chunks = 4, write_pause_us = 300, lease_ttl_ms = 5000;
   uint64_t think_us = 0;
+  uint64_t tiers = 0;  // 1: the daemon has lower tiers (blocks move pages)
 };
 
 bool ParseArgs(int argc, char** argv, Args* a) {
@@ -105,6 +107,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
   take_u64("write_pause_us", &a->write_pause_us);
   take_u64("lease_ttl_ms", &a->lease_ttl_ms);
   take_u64("think_us", &a->think_us);
+  take_u64("tiers", &a->tiers);
   for (const auto& [k, v] : kv) {
     std::fprintf(stderr, "soak_worker: unknown flag --%s\n", k.c_str());
     ok = false;
@@ -124,18 +127,22 @@ uint64_t NowNs() {
 
 // --- Stamps ---
 
+// `page` is the pool page the writer wrote (the page its commit record
+// names); a block promoted from a lower tier arrives in another page with
+// its cells unchanged.
 struct Cell {
   uint64_t key_hi, key_lo, owner, generation;
   uint32_t index, magic;
   uint64_t check;
-  uint64_t pad[2];
+  uint64_t page;
+  uint64_t pad;
 };
 static_assert(sizeof(Cell) == 64);
 constexpr uint32_t kCellMagic = 0x5354414d;  // "MATS"
 
 uint64_t CellCheck(const Cell& c) {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ c.index;
-  for (uint64_t v : {c.key_hi, c.key_lo, c.owner, c.generation}) {
+  for (uint64_t v : {c.key_hi, c.key_lo, c.owner, c.generation, c.page}) {
     h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   }
   return h;
@@ -144,6 +151,7 @@ uint64_t CellCheck(const Cell& c) {
 struct Stamp {
   BlockKey key;
   uint64_t owner = 0, generation = 0;
+  uint64_t page = 0;  // the page it was written into
 };
 
 // Writes the stamp's cells [begin, end) of a page.
@@ -151,7 +159,7 @@ void WriteCells(void* page, const Stamp& s, size_t begin, size_t end) {
   auto* cells = static_cast<volatile Cell*>(page);
   for (size_t i = begin; i < end; ++i) {
     Cell c{s.key.hi, s.key.lo, s.owner, s.generation, uint32_t(i), kCellMagic,
-           0, {0, 0}};
+           0, s.page, 0};
     c.check = CellCheck(c);
     std::memcpy(const_cast<Cell*>(&cells[i]), &c, sizeof(c));
   }
@@ -168,12 +176,15 @@ bool ReadStamp(const void* page, size_t cells, Stamp* out, Stamp* other) {
     std::memcpy(&c, const_cast<const Cell*>(&cv[i]), sizeof(c));
     if (i == 0) {
       first = c;
-      *out = Stamp{BlockKey{c.key_hi, c.key_lo}, c.owner, c.generation};
+      *out = Stamp{BlockKey{c.key_hi, c.key_lo}, c.owner, c.generation,
+                   c.page};
     }
     if (c.magic != kCellMagic || c.index != i || c.check != CellCheck(c) ||
         c.key_hi != first.key_hi || c.key_lo != first.key_lo ||
-        c.owner != first.owner || c.generation != first.generation) {
-      *other = Stamp{BlockKey{c.key_hi, c.key_lo}, c.owner, c.generation};
+        c.owner != first.owner || c.generation != first.generation ||
+        c.page != first.page) {
+      *other = Stamp{BlockKey{c.key_hi, c.key_lo}, c.owner, c.generation,
+                     c.page};
       return false;
     }
   }
@@ -230,9 +241,32 @@ class Shared {
     return r;
   }
 
+  // True when a record that is not kFailed says `s` was committed (or is
+  // being committed) as s.key into s.page.
+  bool Recorded(const Stamp& s) const {
+    const PageRecords* t = table(s.page);
+    if (t == nullptr) return false;
+    for (const CommitRecord& r : t->records) {
+      const uint64_t seq = r.seq.load(std::memory_order_acquire);
+      if (seq == 0 || (seq & 1)) continue;
+      const bool match = r.page.load(std::memory_order_relaxed) == s.page &&
+                         r.key_hi.load(std::memory_order_relaxed) == s.key.hi &&
+                         r.key_lo.load(std::memory_order_relaxed) == s.key.lo &&
+                         r.owner.load(std::memory_order_relaxed) == s.owner &&
+                         r.generation.load(std::memory_order_relaxed) ==
+                             s.generation;
+      const uint32_t state = r.state.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (r.seq.load(std::memory_order_relaxed) != seq) continue;
+      if (match && state != kFailed && state != kEmpty) return true;
+    }
+    return false;
+  }
+
   // The committer of `key` in `page`: the newest record for it that is not
   // kFailed. False when no record names one.
-  bool Committer(uint64_t page, const BlockKey& key, Stamp* out) const {
+  bool Committer(uint64_t page, const BlockKey& key, Stamp* out,
+                 uint32_t* out_state = nullptr) const {
     const PageRecords* t = table(page);
     if (t == nullptr) return false;
     uint64_t best = 0;
@@ -255,7 +289,8 @@ class Shared {
       if (!found || start > best) {
         found = true;
         best = start;
-        *out = Stamp{key, owner, gen};
+        *out = Stamp{key, owner, gen, page};
+        if (out_state != nullptr) *out_state = state;
       }
     }
     return found;
@@ -377,21 +412,39 @@ class Worker {
   void Verify(const Lease& lease, const std::vector<void*>& addrs,
               const std::vector<BlockKey>& keys, uint64_t t0) {
     const size_t cells = client_->pool()->page_bytes() / sizeof(Cell);
+    shared_->Count(&SlotHeader::promoted, lease.promoted_blocks());
     for (uint32_t i = 0; i < lease.matched_blocks() && i < keys.size(); ++i) {
+      const uint64_t page = lease.pages()[i];
       Stamp stamp, other, committer;
+      uint32_t committer_state = kEmpty;
       const bool intact = ReadStamp(addrs[i], cells, &stamp, &other);
-      const bool key_ok = intact && stamp.key == keys[i];
+      // Without tiers no page's bytes move; with them a promoted block
+      // keeps the page it was written into, and that page's records name
+      // its committer.
+      const bool moved = intact && stamp.page != page;
+      const bool key_ok = intact && stamp.key == keys[i] && (a_.tiers || !moved);
       bool owner_ok = true;
-      const bool known = key_ok && shared_->Committer(lease.pages()[i], keys[i],
-                                                      &committer);
+      const bool known =
+          key_ok && shared_->Committer(stamp.page, keys[i], &committer,
+                                       &committer_state);
       if (known) {
         owner_ok = committer.owner == stamp.owner &&
                    committer.generation == stamp.generation;
+        // With tiers the newest record is not always the bytes' committer:
+        // a worker may write a block again while a tier holds it (behind
+        // a block no tier has), and the tier's copy is served again if
+        // that write is never committed. Any recorded commit of these
+        // bytes will do; torn pages and other blocks' bytes still fail.
+        if (!owner_ok && a_.tiers && shared_->Recorded(stamp)) {
+          owner_ok = true;
+          shared_->Count(&SlotHeader::older_copy);
+        }
       }
       // A lease held longer than the TTL may have expired: what it reads
       // then is not the daemon's promise any more.
       const bool late = NowNs() - t0 >= a_.lease_ttl_ms * 1000000;
       shared_->Count(&SlotHeader::hits_verified);
+      if (moved) shared_->Count(&SlotHeader::moved_verified);
       if (key_ok && owner_ok) {
         if (!known) shared_->Count(&SlotHeader::committer_unknown);
         continue;
@@ -403,17 +456,21 @@ class Worker {
       } else {
         shared_->Count(&SlotHeader::foreign_owner);
       }
+      const char* what = !intact                    ? "torn page"
+                         : stamp.key != keys[i]     ? "another block's stamp"
+                         : !key_ok                  ? "moved without a tier"
+                                                    : "not its committer's stamp";
       std::fprintf(
           stderr,
           "soak_worker[%" PRIu64 "]: page %" PRIu64 " block %u: %s (stamp "
-          "owner %" PRIu64 " gen %" PRIu64 "; %s owner %" PRIu64 " gen %" PRIu64
-          "%s)\n",
-          a_.owner, lease.pages()[i], i,
-          !intact ? "torn page" : !key_ok ? "another block's stamp"
-                                          : "not its committer's stamp",
-          stamp.owner, stamp.generation, !intact ? "a later cell" : "committer",
+          "owner %" PRIu64 " gen %" PRIu64 " written into page %" PRIu64
+          "; %s owner %" PRIu64 " gen %" PRIu64 " page %" PRIu64 "%s%s)\n",
+          a_.owner, page, i, what, stamp.owner, stamp.generation, stamp.page,
+          !intact ? "a later cell" : "committer",
           !intact ? other.owner : committer.owner,
           !intact ? other.generation : committer.generation,
+          !intact ? other.page : committer.page,
+          committer_state == kPending ? " (pending)" : "",
           late ? "; the reader's lease had expired" : "");
     }
   }
@@ -428,7 +485,8 @@ class Worker {
       const size_t end = cells * (c + 1) / a_.write_chunks;
       for (uint32_t j = 0; j < n; ++j) {
         WriteCells(addrs[m + j],
-                   Stamp{keys[m + j], a_.owner, generation}, begin, end);
+                   Stamp{keys[m + j], a_.owner, generation, lease.pages()[m + j]},
+                   begin, end);
       }
       if (a_.write_pause_us > 0) ::usleep(a_.write_pause_us);
     }
@@ -438,7 +496,9 @@ class Worker {
     std::vector<CommitRecord*> records;
     for (uint32_t j = 0; j < n; ++j) {
       records.push_back(shared_->Publish(
-          lease.pages()[m + j], Stamp{keys[m + j], a_.owner, generation}, start));
+          lease.pages()[m + j],
+          Stamp{keys[m + j], a_.owner, generation, lease.pages()[m + j]},
+          start));
     }
     std::vector<uint64_t> mine(lease.pages().begin() + m, lease.pages().end());
     absl::StatusOr<v1::CommitResponse> r = lease.Commit(n, /*release=*/true);

@@ -155,6 +155,10 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
       absl::StrAppend(&line, ", ", HumanCount(t->copy_errors()),
                       " failed copies");
     }
+    if (t->superseded_blocks() != 0) {
+      absl::StrAppend(&line, ", ", HumanCount(t->superseded_blocks()),
+                      " superseded");
+    }
     kv.Add(absl::StrCat("tier ", t->kind()), line);
   }
   kv.Add("invariants", st.invariants_ok() ? "ok" : "VIOLATED");

@@ -300,6 +300,38 @@ TEST(DiskTier, PendingBlocksAreServedBeforeFlush) {
   EXPECT_EQ(dst.at(0), Page(2, 8192));
 }
 
+TEST(DiskTier, ForgetDropsStoredAndPendingCopies) {
+  TempDir dir;
+  auto tier = MustOpen(Options(dir));
+  ASSERT_NE(tier, nullptr);
+  PutRange(*tier, 0, 2, 8192);
+  tier->Flush();  // blocks 0 and 1 stored
+  tier->SetWritesPausedForTesting(true);
+  PutRange(*tier, 2, 2, 8192);  // blocks 2 and 3 pending
+  std::vector<TierBlock> dropped;
+  const std::vector<BlockKey> gone = {Key(1), Key(2), Key(9)};
+  EXPECT_EQ(tier->Forget(gone, &dropped), 2u);  // 9 was never there
+  ASSERT_EQ(dropped.size(), 2u);
+  EXPECT_EQ(dropped[0].key, Key(1));
+  EXPECT_EQ(dropped[1].key, Key(2));
+  EXPECT_EQ(tier->CountPresent({Key(1)}), 0u);
+  EXPECT_EQ(tier->CountPresent({Key(2)}), 0u);
+  tier->SetWritesPausedForTesting(false);
+  tier->Flush();
+  const DiskTierStats s = tier->stats();
+  EXPECT_EQ(s.superseded, 2u);
+  EXPECT_EQ(s.used, 2u);
+  EXPECT_EQ(s.pending, 0u);
+  // The others are untouched, and the freed slots take new blocks.
+  Pages dst(1, 8192);
+  const std::vector<BlockKey> three = {Key(3)};
+  ASSERT_EQ(tier->Take(three, dst.ptrs()), 1u);
+  EXPECT_EQ(dst.at(0), Page(3, 8192));
+  PutRange(*tier, 5, 2, 8192);
+  tier->Flush();
+  EXPECT_EQ(tier->stats().used, 3u);
+}
+
 TEST(DiskTier, PutRefusesBeyondMaxPendingBytes) {
   TempDir dir;
   DiskTierOptions o = Options(dir);

@@ -160,6 +160,33 @@ TEST(HostTier, ClaimReadsConsecutiveBlocksAndFinishRemovesThem) {
   EXPECT_EQ(s.bytes_read, 2 * kPageBytes);
 }
 
+TEST(HostTier, ForgetDropsStoredCopiesAndLeavesReadsAlone) {
+  auto t = MustOpen(4);
+  std::vector<HostTier::Reservation> res;
+  ASSERT_EQ(t->Reserve({Block(1), Block(2), Block(3)}, &res), 3u);
+  Fill(t.get(), res, 1);
+  std::vector<uint32_t> slots;
+  std::vector<const void*> src;
+  ASSERT_EQ(t->Claim({Key(3)}, &slots, &src), 1u);  // being read
+  std::vector<TierBlock> dropped;
+  EXPECT_EQ(t->Forget({Key(1), Key(3), Key(7)}, &dropped), 1u);
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].key, Key(1));
+  EXPECT_EQ(t->CountPresent({Key(1)}), 0u);
+  EXPECT_EQ(t->CountPresent({Key(2)}), 1u);
+  t->Finish(slots, /*consumed=*/true);
+  HostTierStats s = t->stats();
+  EXPECT_EQ(s.superseded, 1u);
+  EXPECT_EQ(s.promotions, 1u);
+  EXPECT_EQ(s.used, 1u);
+  // Block 1's slot is free: three more blocks fit without a victim.
+  std::vector<HostTier::Reservation> more;
+  ASSERT_EQ(t->Reserve({Block(4), Block(5), Block(6)}, &more), 3u);
+  for (const HostTier::Reservation& r : more) EXPECT_FALSE(r.has_victim);
+  Fill(t.get(), more, 4);
+  EXPECT_EQ(t->stats().used, 4u);
+}
+
 TEST(HostTier, ANewCopyOfAKeyReplacesTheOldOneEvenWhileItIsRead) {
   auto t = MustOpen(3);
   std::vector<HostTier::Reservation> res;

@@ -265,6 +265,89 @@ TEST_F(RadixFenceTest, FencedLeaseCarriedIntoAcquireIsAcknowledged) {
   EXPECT_EQ(t.GetStats().free_pages, kCapacity);
 }
 
+// An Acquire with hold_new_pages: the caller copies into the new pages
+// before it answers, so however the lease ends meanwhile (its owner ends
+// it, its owner goes away, it expires, it is fenced and acknowledged), no
+// other writer is handed those pages before ReleaseHold.
+TEST_F(RadixFenceTest, HeldNewPagesOutliveTheLeaseUntilReleaseHold) {
+  RadixTree& t = *fenced_owner_;
+  struct Ending {
+    const char* name;
+    void (*end)(RadixTree&, LeaseId);
+  };
+  const Ending endings[] = {
+      {"Release", [](RadixTree& t, LeaseId l) { ASSERT_TRUE(t.Release(l, kAlice).ok()); }},
+      {"ReleaseOwner", [](RadixTree& t, LeaseId) { t.ReleaseOwner(kAlice); }},
+      {"ReleaseOwner fenced, then ReleaseFenced",
+       [](RadixTree& t, LeaseId) {
+         t.ReleaseOwner(kAlice, /*fence=*/true);
+         t.ReleaseFenced(kAlice);
+       }},
+      {"expiry, then the owner names it",
+       [](RadixTree& t, LeaseId l) {
+         t.ReleaseExpired(absl::InfiniteFuture());
+         EXPECT_TRUE(absl::IsNotFound(t.Release(l, kAlice)));
+       }},
+  };
+  for (const Ending& e : endings) {
+    SCOPED_TRACE(e.name);
+    absl::StatusOr<AcquireResult> a = fenced_owner_->Acquire(
+        {.ns = ns_f_,
+         .tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+         .allocate = true,
+         .owner = kAlice,
+         .expires = absl::Now() + absl::Hours(1),
+         .hold_new_pages = true});
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_EQ(a->new_blocks, kCapacity);
+    e.end(t, a->lease);
+    EXPECT_EQ(t.owner_leases(kAlice), 0u);
+    EXPECT_EQ(t.GetStats().leases, 0u);
+    // Bob gets none of the held pages.
+    EXPECT_EQ(t.GetStats().writing_pages, kCapacity);
+    EXPECT_EQ(t.GetStats().free_pages, 0u);
+    absl::StatusOr<AcquireResult> b =
+        Fill({21, 22}, kBob, absl::InfiniteFuture());
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->new_blocks, 0u);
+    EXPECT_TRUE(t.CheckInvariants().ok()) << t.CheckInvariants();
+    t.ReleaseHold(a->lease);
+    EXPECT_EQ(t.GetStats().writing_pages, 0u);
+    EXPECT_EQ(t.GetStats().free_pages, kCapacity);
+    t.ReleaseHold(a->lease);  // a second release changes nothing
+    EXPECT_EQ(t.GetStats().free_pages, kCapacity);
+  }
+}
+
+TEST_F(RadixFenceTest, AHoldOnALiveLeaseChangesNothing) {
+  RadixTree& t = *fenced_owner_;
+  absl::StatusOr<AcquireResult> a = fenced_owner_->Acquire(
+      {.ns = ns_f_, .tokens = {1, 2, 3, 4}, .allocate = true, .owner = kAlice,
+       .expires = absl::InfiniteFuture(), .hold_new_pages = true});
+  ASSERT_TRUE(a.ok()) << a.status();
+  t.ReleaseHold(a->lease);
+  // The lease goes on as usual: commit one block, release the other.
+  absl::StatusOr<CommitResult> c = t.Commit(a->lease, 1, false, kAlice);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->inserted, 1u);
+  ASSERT_TRUE(t.Release(a->lease, kAlice).ok());
+  EXPECT_EQ(t.GetStats().cached_pages, 1u);
+  EXPECT_EQ(t.GetStats().free_pages, kCapacity - 1);
+  // A committed page is the tree's, not the hold's: ending the lease
+  // before ReleaseHold parks only the page left WRITING.
+  absl::StatusOr<AcquireResult> b = fenced_owner_->Acquire(
+      {.ns = ns_f_, .tokens = {5, 6, 7, 8}, .allocate = true, .owner = kAlice,
+       .expires = absl::InfiniteFuture(), .hold_new_pages = true});
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(t.Commit(b->lease, 1, false, kAlice).ok());
+  ASSERT_TRUE(t.Release(b->lease, kAlice).ok());
+  EXPECT_EQ(t.GetStats().writing_pages, 1u);
+  EXPECT_TRUE(t.CheckInvariants().ok()) << t.CheckInvariants();
+  t.ReleaseHold(b->lease);
+  EXPECT_EQ(t.GetStats().writing_pages, 0u);
+  EXPECT_EQ(t.GetStats().cached_pages, 2u);
+}
+
 TEST_F(RadixLeaseTest, OwnerPageLimitShortensThenRefuses) {
   // Cache 3 blocks, then a limit of 4 pages per owner.
   const LeaseId w = Take({1, 2, 3, 4, 5, 6}, kBob);

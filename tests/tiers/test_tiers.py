@@ -171,6 +171,46 @@ def test_the_python_client_says_how_many_blocks_were_promoted(tier_dir):
         d.stop()
 
 
+@pytest.mark.parametrize("chain", ["host", "disk"])
+def test_a_block_written_again_leaves_the_tier(tier_dir, chain):
+    """Promotion takes the run of blocks the tiers hold from the first new
+    one; a block behind one no tier holds is written again, and its commit
+    drops the tier's older copy: a block is in one place at a time."""
+    import radixkv
+    spec = radixkv.NamespaceSpec(model="again", num_layers=1, num_kv_heads=1,
+                                 head_dim=64, page_size=16, dtype="fp32")
+    d = start(tier_dir, spec=CHAINS[chain].format(dir=tier_dir))
+    try:
+        with radixkv.Client(endpoint=d.sock, namespace=spec,
+                            release_delay=0) as c:
+            rows = [[(7 * i + 13 * j) % 500 + 1 for j in range(PROMPT_TOKENS)]
+                    for i in range(PROMPTS)]
+            for tokens in rows:  # rows 0 and 1 go down to the tier
+                with c.acquire(tokens) as lease:
+                    lease.commit()
+            # Block 0 of row 0 comes up alone, then the pool is cleared
+            # (Clear does not demote): blocks 1..7 are in the tier only.
+            with c.acquire(rows[0][:16]) as lease:
+                assert lease.promoted_blocks == 1, lease
+            d.admin.Clear(pb.ClearRequest())
+            before = tiers_by_kind(d.stats())[chain]
+            with c.acquire(rows[0]) as lease:
+                assert (lease.matched_blocks, lease.promoted_blocks,
+                        lease.new_blocks) == (0, 0, 8), lease
+                lease.commit()
+            after = tiers_by_kind(d.stats())[chain]
+            assert after.superseded_blocks - before.superseded_blocks == 7, after
+            assert before.blocks - after.blocks == 7, (before, after)
+            ns = d.admin.ListNamespaces(pb.ListNamespacesRequest()).namespaces[0]
+            e = d.admin.Explain(pb.ExplainRequest(namespace=ns.namespace,
+                                                  tokens=rows[0]))
+            assert [b.tier for b in e.blocks] == [""] * 8, e
+            with c.acquire(rows[0]) as lease:
+                assert (lease.matched_blocks, lease.promoted_blocks) == (8, 0)
+    finally:
+        d.stop()
+
+
 def test_a_restarted_daemon_serves_the_tier_again(prompts, tier_dir, reference):
     d = start(tier_dir)
     run_worker(prompts, "unix:" + d.sock)
@@ -266,11 +306,11 @@ def test_host_and_disk_tier_moves_are_kv_events_with_their_media(
     # block stored there was removed from it again when it was promoted or
     # moved down; a block moved down was stored on DISK.
     assert counts.get(("BlockStored", "CPU_TIER"), 0) == host.demoted_blocks, counts
-    assert counts.get(("BlockRemoved", "CPU_TIER"), 0) == \
-        host.promoted_blocks + host.forgotten_blocks, (counts, host)
+    assert counts.get(("BlockRemoved", "CPU_TIER"), 0) == host.promoted_blocks + \
+        host.forgotten_blocks + host.superseded_blocks, (counts, host)
     assert counts.get(("BlockStored", "DISK"), 0) == disk.demoted_blocks, counts
-    assert counts.get(("BlockRemoved", "DISK"), 0) == \
-        disk.promoted_blocks + disk.forgotten_blocks, (counts, disk)
+    assert counts.get(("BlockRemoved", "DISK"), 0) == disk.promoted_blocks + \
+        disk.forgotten_blocks + disk.superseded_blocks, (counts, disk)
     # The disk tier took what host memory passed down, and the blocks of
     # evictions larger than host memory straight from the pool.
     assert disk.demoted_blocks >= host.forgotten_blocks > 0, (host, disk)
@@ -329,7 +369,7 @@ def test_tier_moves_are_kv_events_with_their_medium(prompts, tier_dir, tmp_path,
     # every one the tier forgot to make room, as removed from DISK.
     assert counts.get(("BlockStored", "DISK"), 0) == s.demoted_blocks, (counts, s)
     assert counts.get(("BlockRemoved", "DISK"), 0) == \
-        s.promoted_blocks + s.forgotten_blocks, (counts, s)
+        s.promoted_blocks + s.forgotten_blocks + s.superseded_blocks, (counts, s)
     if tier_bytes != "4MiB":
         assert s.capacity_blocks == 10 and s.forgotten_blocks > 0, s
     assert counts.get(("BlockRemoved", "CPU"), 0) >= s.demoted_blocks, counts
@@ -404,8 +444,8 @@ def test_a_corrupt_block_is_a_miss_and_a_removal_event(prompts, tier_dir,
         else:
             check_equal([g], [cached_reference(tmp_path, tokens,
                                                g["matched_tokens"])])
-    assert counts.get(("BlockRemoved", "DISK"), 0) == \
-        t.promoted_blocks + t.forgotten_blocks + t.checksum_failures, (counts, t)
+    assert counts.get(("BlockRemoved", "DISK"), 0) == t.promoted_blocks + \
+        t.forgotten_blocks + t.checksum_failures + t.superseded_blocks, (counts, t)
 
 
 @pytest.mark.parametrize("tier,pool,want", [
