@@ -241,6 +241,13 @@ class Shared {
     return r;
   }
 
+  // Whether `page` has had more records than its table keeps.
+  bool Wrapped(uint64_t page) const {
+    const PageRecords* t = table(page);
+    return t != nullptr &&
+           t->next.load(std::memory_order_acquire) > kRecordsPerPage;
+  }
+
   // True when a record that is not kFailed says `s` was committed (or is
   // being committed) as s.key into s.page.
   bool Recorded(const Stamp& s) const {
@@ -424,7 +431,7 @@ class Worker {
       const bool moved = intact && stamp.page != page;
       const bool key_ok = intact && stamp.key == keys[i] && (a_.tiers || !moved);
       bool owner_ok = true;
-      const bool known =
+      bool known =
           key_ok && shared_->Committer(stamp.page, keys[i], &committer,
                                        &committer_state);
       if (known) {
@@ -434,10 +441,17 @@ class Worker {
         // a worker may write a block again while a tier holds it (behind
         // a block no tier has), and the tier's copy is served again if
         // that write is never committed. Any recorded commit of these
-        // bytes will do; torn pages and other blocks' bytes still fail.
-        if (!owner_ok && a_.tiers && shared_->Recorded(stamp)) {
-          owner_ok = true;
-          shared_->Count(&SlotHeader::older_copy);
+        // bytes will do, and a page whose table has wrapped may have lost
+        // that record: unknown. Torn pages and other blocks' bytes still
+        // fail.
+        if (!owner_ok && a_.tiers) {
+          if (shared_->Recorded(stamp)) {
+            owner_ok = true;
+            shared_->Count(&SlotHeader::older_copy);
+          } else if (shared_->Wrapped(stamp.page)) {
+            owner_ok = true;
+            known = false;
+          }
         }
       }
       // A lease held longer than the TTL may have expired: what it reads
