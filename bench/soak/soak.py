@@ -386,7 +386,7 @@ class Soak:
         stale = t["stale_key"] + t["foreign_owner"] + t["late_mismatch"]
         if stale:
             self.failures.append(
-                "%d stale reads (%d another block's or torn, %d not the "
+                "%d stale reads (%d another block's, torn or moved, %d not the "
                 "committer's, %d after the reader's lease expired)" %
                 (stale, t["stale_key"], t["foreign_owner"],
                  t["late_mismatch"]))
