@@ -4,10 +4,14 @@
 // own (server_ops_test.cc).
 #include "daemon/cache.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -534,6 +538,88 @@ TEST_F(CacheTest, AbandonedLeaseIsEndedAndCounted) {
   cache_->AbandonLease(handle);  // already ended: not counted again
   EXPECT_EQ(cache_->lease_abandoned_total(), 1u);
   EXPECT_EQ(Stats().leases(), 0u);
+}
+
+// With a tier below the pool, an Acquire copies its victims' bytes out of
+// its new pages before it answers. A Release of that lease meanwhile (its
+// id is predictable) must not hand those pages to anyone until the copies
+// end: the pages stay WRITING, and another session gets none of them.
+TEST_F(CacheTest, PagesOfALeaseEndedDuringItsTierCopiesWaitForThem) {
+  char tmpl[] = "/tmp/cache_test_tier.XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  daemon::DiskTierOptions d;
+  d.path = dir;
+  d.bytes = 1 << 20;
+  d.page_bytes = 128;  // TestNamespace(): 1 layer x 2 x 1 head x 8 x 4 x fp16
+  d.io_threads = 1;
+  d.max_pending_bytes = 4096;  // one block staged at a time
+  d.wait_for_staging = true;   // the next one waits for the disk
+  absl::StatusOr<std::unique_ptr<daemon::DiskTier>> disk =
+      daemon::DiskTier::Open(d);
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  daemon::DiskTier* tier = disk->get();
+  auto chain = std::make_shared<daemon::TierChain>(nullptr, *std::move(disk));
+  Start([&](CacheOptions& o) {
+    o.pool = gpu::ParsePoolSpec("host,bytes=1024,page_bytes=128").value();
+    o.tiers = chain;
+  });
+  // Two sessions fill the 8 pages (a session may hold half the pool).
+  const std::string a = Open(), a2 = Open(), b = Open(), c = Open();
+  uint64_t last = 0;
+  for (const auto& [session, seed] : {std::pair{a, 1u}, std::pair{a2, 2u}}) {
+    absl::StatusOr<v1::AcquireResponse> r = Acquire(session, Tokens(16, seed));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->new_blocks(), 4u);
+    ASSERT_TRUE(Commit(session, r->lease_id(), 4, /*release=*/true).ok());
+    last = r->lease_id();
+  }
+  // b's Acquire evicts 4 blocks into its own new pages and copies them
+  // down; with the disk's writes paused, the second block waits.
+  tier->SetWritesPausedForTesting(true);
+  const uint64_t lease = last + 1;  // b's, not yet answered
+  absl::StatusOr<v1::AcquireResponse> second;
+  std::thread acquirer([&] { second = Acquire(b, Tokens(16, 3)); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (tier->stats().pending == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(tier->stats().pending, 1u);
+  ASSERT_TRUE(Release(b, lease).ok());
+  v1::Stats s = Stats();
+  EXPECT_EQ(s.leases(), 0u);
+  EXPECT_EQ(s.writing_pages(), 4u);  // held until the copies end
+  EXPECT_EQ(s.cached_pages(), 4u);
+  EXPECT_EQ(s.free_pages(), 0u);
+  // c gets the 4 cached blocks' pages, none of the held ones (its own
+  // demotion then waits for the disk too).
+  absl::StatusOr<v1::AcquireResponse> third;
+  std::thread other([&] { third = Acquire(c, Tokens(16, 4)); });
+  while (Stats().writing_pages() != 8 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(Stats().writing_pages(), 8u);
+  tier->SetWritesPausedForTesting(false);
+  acquirer.join();
+  other.join();
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->new_blocks(), 4u);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->lease_id(), lease);
+  for (uint64_t p : second->pages()) {
+    EXPECT_EQ(std::count(third->pages().begin(), third->pages().end(), p), 0)
+        << "page " << p << " handed out while the daemon copied it";
+  }
+  ASSERT_TRUE(Release(c, third->lease_id()).ok());
+  s = Stats();
+  EXPECT_EQ(s.writing_pages(), 0u);
+  EXPECT_EQ(s.free_pages(), 8u);
+  ASSERT_EQ(s.tiers_size(), 1);
+  EXPECT_EQ(s.tiers(0).demoted_blocks(), 8u);
+  tier->Flush();
+  cache_.reset();
+  chain.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
