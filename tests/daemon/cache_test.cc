@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -545,8 +546,10 @@ TEST_F(CacheTest, AbandonedLeaseIsEndedAndCounted) {
 // id is predictable) must not hand those pages to anyone until the copies
 // end: the pages stay WRITING, and another session gets none of them.
 TEST_F(CacheTest, PagesOfALeaseEndedDuringItsTierCopiesWaitForThem) {
-  char tmpl[] = "/tmp/cache_test_tier.XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = absl::StrCat(base != nullptr && *base ? base : "/tmp",
+                                  "/cache_test_tier.XXXXXX");
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
   const std::string dir = tmpl;
   daemon::DiskTierOptions d;
   d.path = dir;
