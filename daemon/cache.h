@@ -230,6 +230,10 @@ class Cache {
   // After a Commit inserted `keys`: drops the tiers' older copies of them.
   void ForgetTierCopies(const SessionRef& session,
                         absl::Span<const BlockKey> keys);
+  // Publishes tier moves to the tree's listeners (KV events), a removal
+  // that names no root taking `root` (the session's namespace root).
+  void PublishTierMoves(absl::Span<const TierMove> moves,
+                        const BlockKey& root);
   // Sets Match's tier_matched_blocks and tier_matched: the blocks of the
   // prompt (after the first `matched`) the tiers hold, consecutively.
   void TierMatched(const BlockKey& root, uint32_t page_size, const Prompt& p,

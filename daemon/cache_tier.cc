@@ -78,12 +78,7 @@ void Cache::MoveBetweenTiers(const SessionRef& session, AcquireResult* r) {
   }
   // The copies are done: pages of a lease that ended meanwhile go free.
   if (held) t->ReleaseHold(r->lease);
-  if (!moves.empty()) {
-    std::vector<TreeEvent> events;
-    events.reserve(moves.size());
-    for (const TierMove& m : moves) events.push_back(ToTreeEvent(m, root));
-    events_.OnTreeEvents(events);
-  }
+  if (!moves.empty()) PublishTierMoves(moves, root);
   if (got == 0) return;
   // The bytes are in place: commit those blocks as the lease's own, so
   // they are cached and pinned like the matched prefix.
@@ -111,7 +106,12 @@ void Cache::ForgetTierCopies(const SessionRef& session,
                              absl::Span<const BlockKey> keys) {
   std::vector<TierMove> moves;
   if (options_.tiers->Forget(keys, &moves) == 0) return;
-  const BlockKey root = registry_.tree()->namespace_root(session.binding.ns);
+  PublishTierMoves(moves,
+                   registry_.tree()->namespace_root(session.binding.ns));
+}
+
+void Cache::PublishTierMoves(absl::Span<const TierMove> moves,
+                             const BlockKey& root) {
   std::vector<TreeEvent> events;
   events.reserve(moves.size());
   for (const TierMove& m : moves) events.push_back(ToTreeEvent(m, root));

@@ -253,19 +253,13 @@ class Shared {
   bool Recorded(const Stamp& s) const {
     const PageRecords* t = table(s.page);
     if (t == nullptr) return false;
-    for (const CommitRecord& r : t->records) {
-      const uint64_t seq = r.seq.load(std::memory_order_acquire);
-      if (seq == 0 || (seq & 1)) continue;
-      const bool match = r.page.load(std::memory_order_relaxed) == s.page &&
-                         r.key_hi.load(std::memory_order_relaxed) == s.key.hi &&
-                         r.key_lo.load(std::memory_order_relaxed) == s.key.lo &&
-                         r.owner.load(std::memory_order_relaxed) == s.owner &&
-                         r.generation.load(std::memory_order_relaxed) ==
-                             s.generation;
-      const uint32_t state = r.state.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (r.seq.load(std::memory_order_relaxed) != seq) continue;
-      if (match && state != kFailed && state != kEmpty) return true;
+    for (const CommitRecord& rec : t->records) {
+      Record r;
+      if (Read(rec, &r) && r.live() && r.stamp.page == s.page &&
+          r.stamp.key == s.key && r.stamp.owner == s.owner &&
+          r.stamp.generation == s.generation) {
+        return true;
+      }
     }
     return false;
   }
@@ -276,28 +270,19 @@ class Shared {
                  uint32_t* out_state = nullptr) const {
     const PageRecords* t = table(page);
     if (t == nullptr) return false;
-    uint64_t best = 0;
     bool found = false;
+    uint64_t best = 0;
     for (const CommitRecord& rec : t->records) {
-      const CommitRecord* r = &rec;
-      const uint64_t seq = r->seq.load(std::memory_order_acquire);
-      if (seq == 0 || (seq & 1)) continue;
-      const uint64_t p = r->page.load(std::memory_order_relaxed);
-      const uint64_t hi = r->key_hi.load(std::memory_order_relaxed);
-      const uint64_t lo = r->key_lo.load(std::memory_order_relaxed);
-      const uint64_t owner = r->owner.load(std::memory_order_relaxed);
-      const uint64_t gen = r->generation.load(std::memory_order_relaxed);
-      const uint64_t start = r->start_ns.load(std::memory_order_relaxed);
-      const uint32_t state = r->state.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (r->seq.load(std::memory_order_relaxed) != seq) continue;
-      if (p != page || hi != key.hi || lo != key.lo) continue;
-      if (state == kFailed || state == kEmpty) continue;
-      if (!found || start > best) {
+      Record r;
+      if (!Read(rec, &r) || !r.live() || r.stamp.page != page ||
+          r.stamp.key != key) {
+        continue;
+      }
+      if (!found || r.start_ns > best) {
         found = true;
-        best = start;
-        *out = Stamp{key, owner, gen, page};
-        if (out_state != nullptr) *out_state = state;
+        best = r.start_ns;
+        *out = r.stamp;
+        if (out_state != nullptr) *out_state = r.state;
       }
     }
     return found;
@@ -306,6 +291,28 @@ class Shared {
  private:
   Shared(void* base, uint32_t slots, uint32_t pages, uint64_t slot)
       : base_(static_cast<char*>(base)), slots_(slots), pages_(pages), slot_(slot) {}
+  // A consistent copy of one record.
+  struct Record {
+    Stamp stamp;
+    uint64_t start_ns = 0;
+    uint32_t state = kEmpty;
+    bool live() const { return state != kFailed && state != kEmpty; }
+  };
+  // Copies `rec` into *out; false when it is empty, being written, or was
+  // rewritten during the copy (its sequence word changed).
+  static bool Read(const CommitRecord& rec, Record* out) {
+    const uint64_t seq = rec.seq.load(std::memory_order_acquire);
+    if (seq == 0 || (seq & 1)) return false;
+    out->stamp = Stamp{BlockKey{rec.key_hi.load(std::memory_order_relaxed),
+                                rec.key_lo.load(std::memory_order_relaxed)},
+                       rec.owner.load(std::memory_order_relaxed),
+                       rec.generation.load(std::memory_order_relaxed),
+                       rec.page.load(std::memory_order_relaxed)};
+    out->start_ns = rec.start_ns.load(std::memory_order_relaxed);
+    out->state = rec.state.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return rec.seq.load(std::memory_order_relaxed) == seq;
+  }
   PageRecords* table(uint64_t page) const {
     if (page >= pages_) return nullptr;
     return reinterpret_cast<PageRecords*>(base_ + TableOffset(slots_)) + page;
