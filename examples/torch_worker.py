@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """torch_worker: radixkv-worker's model in PyTorch, serving prompts through radixkvd.
 
     radixkv-worker export-weights --model small --out small.safetensors

@@ -16,7 +16,8 @@
 #      radixkvd --pool=cuda, pages written through torch CUDA tensors and
 #      read by a second Python process) under the first python3 that has
 #      torch with CUDA, grpcio, protobuf, numpy, xxhash and pytest
-#      ($PYTHON, else python3 on PATH, else /usr/bin/python3); skipped, and
+#      ($PYTHON, else the checkout's .venv, else python3 on PATH, else
+#      /usr/bin/python3); skipped, and
 #      said so, where there is none
 #   5. tier copy bandwidth (gpu_bench --only=tier_copy): a cuda pool's
 #      PageCopier moving scattered pages to pinned host memory and back,
@@ -130,7 +131,7 @@ fi
 
 section "python: radixkv on a cuda pool (tests/python/test_pool_cuda.py)"
 PY=""
-for candidate in ${PYTHON:-} python3 /usr/bin/python3; do
+for candidate in ${PYTHON:-} "$ROOT/.venv/bin/python" python3 /usr/bin/python3; do
   command -v "$candidate" >/dev/null 2>&1 || continue
   if "$candidate" - <<'PYCHECK' >/dev/null 2>&1; then
 import grpc, google.protobuf, numpy, xxhash, pytest, torch

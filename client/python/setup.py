@@ -1,9 +1,11 @@
 """Build step of the radixkv package: generates the gRPC stubs.
 
-build_py runs the same command as client/python/CMakeLists.txt: the system
-protoc with /usr/bin/grpc_python_plugin over proto/radixkv/v1/radixkv.proto
-(found two levels up from this file, or in $RADIXKV_PROTO_DIR), writing
-radixkv/_pb/radixkv/v1/radixkv_pb2{,_grpc}.py into the build tree. The
+build_py runs the same generator as client/python/CMakeLists.txt:
+grpcio-tools (`python -m grpc_tools.protoc`, a build requirement in
+pyproject.toml, so no system protoc is needed) over
+proto/radixkv/v1/radixkv.proto (found two levels up from this file, or in
+$RADIXKV_PROTO_DIR), writing radixkv/_pb/radixkv/v1/radixkv_pb2{,_grpc}.py
+into the build tree. The
 build tree itself lives outside the checkout ($RADIXKV_PY_BUILD_DIR, else
 a per-user directory under the system temp dir), so an install leaves the
 source tree as it was. Metadata is in pyproject.toml.
@@ -11,6 +13,7 @@ source tree as it was. Metadata is in pyproject.toml.
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
 from setuptools import setup
@@ -19,15 +22,7 @@ from setuptools.command.build_py import build_py
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD_BASE = os.environ.get("RADIXKV_PY_BUILD_DIR") or os.path.join(
     tempfile.gettempdir(), f"radixkv-python-build-{os.getuid()}")
-
-
-def _tool(env: str, name: str, fallback: str) -> str:
-    path = os.environ.get(env) or shutil.which(name) or fallback
-    if not os.path.exists(path):
-        raise RuntimeError(
-            f"radixkv: {name} not found (set ${env}); on Debian install "
-            "protobuf-compiler and protobuf-compiler-grpc")
-    return path
+os.makedirs(BUILD_BASE, exist_ok=True)
 
 
 class BuildPyWithStubs(build_py):
@@ -45,14 +40,16 @@ class BuildPyWithStubs(build_py):
                                "to the checkout's proto/ directory)")
         out = os.path.join(self.build_lib, "radixkv", "_pb")
         os.makedirs(out, exist_ok=True)
-        subprocess.run([
-            _tool("RADIXKV_PROTOC", "protoc", "/usr/bin/protoc"),
-            f"--proto_path={proto_dir}", f"--python_out={out}",
-            f"--grpc_python_out={out}",
-            "--plugin=protoc-gen-grpc_python=" + _tool(
-                "RADIXKV_GRPC_PYTHON_PLUGIN", "grpc_python_plugin",
-                "/usr/bin/grpc_python_plugin"),
-            proto], check=True)
+        try:
+            import grpc_tools  # noqa: F401  (the build requirement)
+        except ImportError as e:
+            raise RuntimeError(
+                "radixkv: grpcio-tools is needed to build the package "
+                "(pip installs it in the build environment; with "
+                "--no-build-isolation, pip install grpcio-tools first)") from e
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc",
+                        f"--proto_path={proto_dir}", f"--python_out={out}",
+                        f"--grpc_python_out={out}", proto], check=True)
 
 
 setup(cmdclass={"build_py": BuildPyWithStubs},
