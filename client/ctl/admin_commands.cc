@@ -17,9 +17,7 @@
 #include "client/ctl/ctl.h"
 #include "client/ctl/output.h"
 #include "client/status.h"
-#include "grpc/health/v1/health.pb.h"
-#include "grpcpp/impl/codegen/client_unary_call.h"
-#include "grpcpp/impl/codegen/rpc_method.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "radixkv/v1/radixkv.grpc.pb.h"
 
 namespace radixkv::ctl {
@@ -50,16 +48,9 @@ int RunHealth(Context& ctx) {
   const std::string service = ctx.args.Get("service");
   req.set_service(service.data(), service.size());
   HealthCheckResponse resp;
-  // The generated Health stub is not part of the build (only the messages
-  // are), so call the method the way generated code does.
-  auto channel = ctx.Channel();
-  grpc::internal::RpcMethod method("/grpc.health.v1.Health/Check",
-                                   grpc::internal::RpcMethod::NORMAL_RPC,
-                                   channel);
+  auto stub = grpc::health::v1::Health::NewStub(ctx.Channel());
   auto check = [&](grpc::ClientContext* call) {
-    grpc::Status s = grpc::internal::BlockingUnaryCall<
-        HealthCheckRequest, HealthCheckResponse, google::protobuf::MessageLite,
-        google::protobuf::MessageLite>(channel.get(), method, call, req, &resp);
+    grpc::Status s = stub->Check(call, req, &resp);
     if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
       // The health service answers NOT_FOUND for a service it does not know.
       resp.set_status(HealthCheckResponse::SERVICE_UNKNOWN);
