@@ -11,10 +11,12 @@
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -22,11 +24,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/internal/program_name.h"
-#include "absl/flags/internal/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
@@ -323,6 +325,41 @@ void ConfigureUsage() {
   absl::SetFlagsUsageConfig(usage);
 }
 
+// radixkvd's own flags (those defined in this file), sorted by name, each
+// with its help text and default, wrapped at 80 columns. Written from the
+// public flag reflection API, so no build path appears in the output.
+void PrintFlagsHelp(std::ostream& out) {
+  std::vector<absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (absl::EndsWith(flag->Filename(), "daemon/main.cc")) {
+      flags.push_back(flag);
+    }
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
+              return a->Name() < b->Name();
+            });
+  out << "radixkvd: " << absl::ProgramUsageMessage() << "\n\n  Flags:\n";
+  for (const absl::CommandLineFlag* flag : flags) {
+    const std::string text =
+        absl::StrCat("--", flag->Name(), " (", flag->Help(),
+                     "); default: ", flag->DefaultValue(), ";");
+    std::string line = "    ";
+    bool line_empty = true;  // no word on this line yet
+    for (absl::string_view word : absl::StrSplit(text, ' ')) {
+      if (!line_empty && line.size() + 1 + word.size() > 80) {
+        out << line << "\n";
+        line = "      ";
+        line_empty = true;
+      }
+      if (!line_empty) line += ' ';
+      line.append(word.data(), word.size());
+      line_empty = false;
+    }
+    out << line << "\n";
+  }
+}
+
 // Handles the arguments absl's parser would get wrong for radixkvd before
 // it runs: --help (print radixkvd's flags, exit 0: asking for help is not
 // an error), and unknown flags or values that do not parse (absl exits 1;
@@ -332,11 +369,7 @@ int PreParse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (absl::string_view(argv[i]) == "--help" ||
         absl::string_view(argv[i]) == "-h") {
-      absl::flags_internal::SetProgramInvocationName("radixkvd");
-      absl::flags_internal::FlagsHelp(
-          std::cout, "daemon/main.cc",
-          absl::flags_internal::HelpFormat::kHumanReadable,
-          absl::ProgramUsageMessage());
+      PrintFlagsHelp(std::cout);
       return 0;
     }
   }

@@ -208,6 +208,10 @@ TEST(DaemonProcessTest, HelpVersionAndStrayArguments) {
         << flag << " missing from:\n" << help.output();
   }
   EXPECT_FALSE(absl::StrContains(help.output(), "No flags matched"));
+  // Only radixkvd's flags, and no path of the machine it was built on.
+  EXPECT_FALSE(absl::StrContains(help.output(), "main.cc")) << help.output();
+  EXPECT_FALSE(absl::StrContains(help.output(), "--helpfull ("))
+      << help.output();
   Child version(RADIXKVD_PATH, {"--version"});
   EXPECT_EQ(version.Wait(), 0) << version.output();
   EXPECT_TRUE(absl::StrContains(version.output(), "radixkvd 0."))
