@@ -242,6 +242,28 @@ class Lease:
         return self.live
 
     @property
+    def session_id(self) -> str:
+        """The id of the session that made the lease. A worker process that
+        writes this lease's new pages maps the pool with it
+        (radixkv.attach(attach_socket, session_id)), so that the daemon
+        counts that process as a writer of the session's pages."""
+        return self._session_id
+
+    def begin_external_write(self) -> bool:
+        """Counts this lease as a writer of its session until its next
+        commit or release, as handing out a view of a new page does: use it
+        when another process writes the new pages. While counted, a lost
+        session is not acknowledged to the daemon, so the pages are never
+        reused by anyone while that write may still run. Returns False (and
+        counts nothing) when the lease is not live or its session ended."""
+        if self._writing:
+            return True
+        if not self.held or self._life is None or not self._life.begin_write():
+            return False
+        self._writing = True
+        return True
+
+    @property
     def matched_pages(self) -> List[int]:
         return self.pages[:self.matched_blocks]
 
@@ -279,11 +301,16 @@ class Lease:
             self._core.untrack_lease(self._generation, lease_id)
         return lease_id
 
-    def commit(self, blocks: Optional[int] = None, release: bool = True):
+    def commit(self, blocks: Optional[int] = None, release: bool = True,
+               keep_writing: bool = False):
         """Commits the next `blocks` (default: all) uncommitted new pages, in
         block order, as the blocks after the matched prefix; with release
         also ends the lease. REQUIRES: their K/V is written (kernels
         finished). Returns the radixkv.v1.CommitResponse.
+
+        keep_writing (with release=False): later new pages are still being
+        written (begin_external_write); the lease stays counted as a writer
+        of its session through the commit, with no moment without it.
 
         Raises FailedPrecondition (field "blocks") when blocks exceeds
         uncommitted_blocks (nothing sent) or the lease is degraded;
@@ -293,6 +320,18 @@ class Lease:
         ends the lease here too (no page views, nothing sent for it again).
         A lease past its expiry still sends its commit: the daemon caches
         nothing for it, and the call tells it the pages stay unwritten."""
+        extra = (keep_writing and not release and self._life is not None
+                 and self.lease_id != 0 and self._life.begin_write())
+        try:
+            return self._commit(blocks, release)
+        finally:
+            if extra:
+                if self.held and not self._writing:
+                    self._writing = True
+                else:
+                    self._life.end_write()
+
+    def _commit(self, blocks: Optional[int], release: bool):
         self._end_writes()  # the writes of the blocks to commit have finished
         self._require_held("commit")
         if blocks is None:
