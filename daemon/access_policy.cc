@@ -1,6 +1,7 @@
 #include "daemon/access_policy.h"
 
 #include <algorithm>
+#include <cassert>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -140,6 +141,12 @@ absl::StatusOr<std::unique_ptr<AccessPolicy>> AccessPolicy::Create(
   } else if (absl::Status s = p->Load(); !s.ok()) {
     return s;
   }
+  // Admit hands out &tenants_[...]: at least one tenant, "unmatched" one of
+  // them, and the i-th tenant of a file on account i + 1.
+  assert(!p->tenants_.empty() &&
+         p->unmatched_ < static_cast<int>(p->tenants_.size()));
+  assert(!p->has_tenants_file() ||
+         p->tenants_.back().account == p->tenants_.size());
   return p;
 }
 

@@ -3,11 +3,10 @@
 
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "daemon/log.h"
+#include "daemon/refusal_errors.h"
 #include "radix/status_macros.h"
 #include "radixkv/defaults.h"
 #include "radixkv/errors.h"
@@ -232,36 +231,10 @@ void Cache::CloseSession(absl::string_view session_id) {
   fences_.SessionEnded(session_id, owner, entry.peer, fenced);
 }
 
-absl::Status Cache::LeaseError(absl::string_view lease_field,
-                               const absl::Status& s) const {
-  switch (s.code()) {
-    case absl::StatusCode::kNotFound:
-      return WithField(
-          lease_field, v1::ERROR_REASON_LEASE_NOT_FOUND,
-          absl::Status(s.code(),
-                       absl::StrCat(s.message(), "; leases expire after "
-                                    "--lease_ttl=",
-                                    absl::FormatDuration(
-                                        options_.sessions.lease_ttl))));
-    case absl::StatusCode::kResourceExhausted:
-      // The tree names which of its two owner limits was reached.
-      if (absl::StrContains(s.message(), " pages, the limit is ")) {
-        return FieldError(
-            s.code(), "leases", v1::ERROR_REASON_LIMIT,
-            absl::StrCat("the session's leases hold the most pages "
-                         "--max_pinned_pages_per_session=", MaxSessionPages(),
-                         " allows (fenced pages of expired leases included); "
-                         "commit or release some"));
-      }
-      return FieldError(
-          s.code(), "leases", v1::ERROR_REASON_LIMIT,
-          absl::StrCat("the session holds the most leases "
-                       "--max_leases_per_session=",
-                       options_.sessions.max_leases_per_session,
-                       " allows; commit or release some"));
-    default:
-      return s;
-  }
+absl::Status Cache::LeaseError(const absl::Status& s,
+                               const Caller& caller) const {
+  return RefusalToFieldError(s, {.lease_ttl = options_.sessions.lease_ttl,
+                                 .tenant = caller.tenant->name});
 }
 
 absl::Status Cache::Acquire(const v1::AcquireRequest& req,
@@ -287,28 +260,10 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
        .max_owner_leases = options_.sessions.max_leases_per_session,
        .max_owner_pages = MaxSessionPages(),
        .end_leases = absl::MakeConstSpan(carried.data(), carried.size()),
-       .end_leases_field = "release_leases",
        .report_evictions = options_.tiers != nullptr,
        // The tiers copy into and out of the new pages before the answer.
        .hold_new_pages = options_.tiers != nullptr});
-  if (!r.ok()) {
-    if (absl::IsNotFound(r.status())) {
-      // The message already names the entry: "release_leases[i]: ...".
-      return WithDetail("release_leases", v1::ERROR_REASON_LEASE_NOT_FOUND,
-                        r.status());
-    }
-    if (absl::IsResourceExhausted(r.status()) &&
-        absl::StrContains(r.status().message(), "(max_pinned_pages)")) {
-      // The tree speaks of the tenant's account.
-      std::string msg(r.status().message());
-      absl::StrReplaceAll({{"the account's", "its"}}, &msg);
-      return FieldError(absl::StatusCode::kResourceExhausted, "leases",
-                        v1::ERROR_REASON_LIMIT,
-                        absl::StrCat("tenant ", caller.tenant->name, ": ", msg,
-                                     " (--tenants)"));
-    }
-    return LeaseError("release_leases", r.status());
-  }
+  if (!r.ok()) return LeaseError(r.status(), caller);
   if (r->lease != 0 && !sessions_.Exists(req.session_id())) {
     // The session closed while this Acquire ran, possibly after its
     // ReleaseOwner: end the new lease here so that it cannot outlive it.
@@ -335,12 +290,7 @@ absl::Status Cache::Commit(const v1::CommitRequest& req,
   absl::StatusOr<CommitResult> r =
       t->Commit(req.lease_id(), req.blocks(), req.release(), session.owner,
                 /*report_inserted=*/options_.tiers != nullptr);
-  if (!r.ok()) {
-    if (absl::IsFailedPrecondition(r.status())) {
-      return WithField("blocks", v1::ERROR_REASON_INVALID, r.status());
-    }
-    return LeaseError("lease_id", r.status());
-  }
+  if (!r.ok()) return LeaseError(r.status(), caller);
   if (!r->inserted_keys.empty()) ForgetTierCopies(session, r->inserted_keys);
   resp->Clear();
   resp->set_inserted(r->inserted);
@@ -358,7 +308,7 @@ absl::Status Cache::Release(const v1::ReleaseRequest& req,
                    FindSession(req.session_id(), caller));
   RadixTree* t = registry_.tree();
   if (t == nullptr) return absl::InternalError("session without a pool");
-  return LeaseError("lease_id", t->Release(req.lease_id(), session.owner));
+  return LeaseError(t->Release(req.lease_id(), session.owner), caller);
 }
 
 void Cache::AbandonLease(const LeaseHandle& handle) {

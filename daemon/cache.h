@@ -206,10 +206,9 @@ class Cache {
   }
 
  private:
-  // Adds the session's field names to an error from the tree's lease
-  // operations: `lease_field` names the request's lease id field.
-  absl::Status LeaseError(absl::string_view lease_field,
-                          const absl::Status& s) const;
+  // An error from the tree's lease operations as clients receive it
+  // (refusal_errors.h): typed refusals become field errors; others pass.
+  absl::Status LeaseError(const absl::Status& s, const Caller& caller) const;
   void SweeperLoop();
   // sessions_.Lookup for `caller`, counting and logging a refusal.
   absl::StatusOr<SessionRef> FindSession(absl::string_view session_id,

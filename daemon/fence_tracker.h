@@ -8,15 +8,21 @@
 // may still be writing them. This tracker knows those processes, the
 // session's *writers*: the process that opened it over the Unix socket and
 // every process that attached to the pool with its id (both from
-// SO_PEERCRED). It holds a pidfd for each and calls `release(owner)` as
-// soon as
-//   - every writer of the ended session has exited (the pidfd turns
-//     readable), or
+// SO_PEERCRED). It watches each through a ProcessWatcher (process_watcher.h;
+// the kernel's pidfds unless a test passes its own) and calls
+// `release(owner)` as soon as
+//   - every writer of the ended session has exited, or
 //   - the same peer acknowledges the loss (OpenSession.acknowledge_sessions),
 //   - or at once, when the ended session has no writer alive (it never
 //     mapped the pool: a TCP client, an index-only worker).
 //
-// Thread safety: thread-safe. `release` is called on the tracker's thread
+// Invariants (under the mutex): a pid is in processes_ exactly while the
+// watcher watches it for the tracker, and exactly while some owner lists it
+// among its writers, each of those owners being in its Process::owners; an
+// owner is in ended_ (under its session id) exactly while it is ended and
+// waiting; every owner in owners_ has at least one writer.
+//
+// Thread safety: thread-safe. `release` is called on the watcher's thread
 // or the caller's, never with the tracker's mutex held; it must be
 // thread-safe.
 #ifndef RADIXKV_DAEMON_FENCE_TRACKER_H_
@@ -26,15 +32,18 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "daemon/peer_identity.h"
+#include "daemon/process_watcher.h"
 #include "radix/radix_tree.h"
 
 namespace radixkv::daemon {
@@ -43,9 +52,11 @@ class FenceTracker {
  public:
   using ReleaseFn = std::function<void(OwnerId owner)>;
 
-  // Starts the thread that waits for writers to exit.
+  // Watches writers with the kernel's pidfds (NewPidfdWatcher).
   explicit FenceTracker(ReleaseFn release);
-  // Stops the thread; owners still waiting are not released.
+  // Watches writers with `watcher` (not null), which it starts and owns.
+  FenceTracker(ReleaseFn release, std::unique_ptr<ProcessWatcher> watcher);
+  // Stops the watcher; owners still waiting are not released.
   ~FenceTracker();
   FenceTracker(const FenceTracker&) = delete;
   FenceTracker& operator=(const FenceTracker&) = delete;
@@ -76,13 +87,13 @@ class FenceTracker {
     PeerIdentity peer;
   };
   struct Process {
-    int pidfd = -1;
     absl::flat_hash_set<OwnerId> owners;
   };
 
-  void Run();
-  // Drops `owner` from the tables and closes pidfds nobody needs. Returns
-  // whether it was there. REQUIRES: mu_ held.
+  // The watcher's callback: releases the owners whose last writer exited.
+  void OnExited(absl::Span<const pid_t> pids);
+  // Drops `owner` from the tables and stops watching processes nobody
+  // needs. Returns whether it was there. REQUIRES: mu_ held.
   bool EraseOwnerLocked(OwnerId owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Process `pid` exited: the owners it was the last writer of (ended ones
   // only) go to *ready.
@@ -90,16 +101,14 @@ class FenceTracker {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ReleaseFn release_;
-  const int epoll_fd_;
-  const int wake_fd_;
+  // Lock order: mu_, then the watcher's own lock (Watch and Unwatch are
+  // called under mu_; the watcher calls OnExited holding none of its own).
+  const std::unique_ptr<ProcessWatcher> watcher_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<OwnerId, Owner> owners_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<pid_t, Process> processes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, OwnerId> ended_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-
-  std::thread thread_;
 };
 
 }  // namespace radixkv::daemon

@@ -1,6 +1,7 @@
 #include "daemon/namespace_registry.h"
 
 #include <algorithm>
+#include <cassert>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -48,6 +49,8 @@ void NamespaceRegistry::Unbind(const BlockKey& root) {
   absl::MutexLock lock(&mu_);
   auto it = bound_.find(root);
   if (it == bound_.end()) return;
+  // A root is in bound_ only while at least one session is bound to it.
+  assert(it->second > 0);
   if (--it->second == 0) bound_.erase(it);
 }
 
@@ -63,10 +66,13 @@ size_t NamespaceRegistry::ForgetUnused() {
   const std::vector<NamespaceId> gone =
       tree_owner_->ForgetEmptyNamespaces(candidates);
   for (NamespaceId id : gone) {
+    // The tree forgets only candidates, each recorded under its id.
     auto it = roots_.find(id);
+    assert(it != roots_.end() && namespaces_.contains(it->second));
     namespaces_.erase(it->second);
     roots_.erase(it);
   }
+  assert(namespaces_.size() == roots_.size());
   return gone.size();
 }
 
@@ -203,6 +209,9 @@ NamespaceEntry NamespaceRegistry::Record(NamespaceId id,
                                          const NamespaceSpec& spec,
                                          const BlockKey& root) {
   NamespaceEntry e{id, spec, root};
+  // A root is recorded once (Bind finds it first), and the tree hands out
+  // an id again only after it was forgotten here.
+  assert(!namespaces_.contains(root) && !roots_.contains(id));
   namespaces_[root] = e;
   roots_[id] = root;
   ++bound_[root];

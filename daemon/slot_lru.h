@@ -11,12 +11,16 @@
 //   uint32_t victim = lru.oldest();  // disk_tier::kNoSlot when empty
 //   lru.Unlink(slots, victim);
 //
-// A slot is in the list or not; Unlink of a slot not in it is undefined.
+// A slot is in the list or not; Unlink of a slot not in it is undefined
+// (asserted where it shows: a slot without a predecessor must be the
+// oldest, one without a successor the newest, and its neighbours must link
+// back to it). PushNewest of a slot already in the list is undefined too.
 //
 // Thread safety: none; the owner's mutex guards the list and the slots.
 #ifndef RADIXKV_DAEMON_SLOT_LRU_H_
 #define RADIXKV_DAEMON_SLOT_LRU_H_
 
+#include <cassert>
 #include <cstdint>
 #include <vector>
 
@@ -31,6 +35,7 @@ class SlotLru {
   uint32_t oldest() const { return head_; }
 
   void PushNewest(std::vector<Slot>& slots, uint32_t slot) {
+    assert(slot < slots.size() && slot != head_ && slot != tail_);
     Slot& s = slots[slot];
     s.prev = tail_;
     s.next = disk_tier::kNoSlot;
@@ -43,7 +48,12 @@ class SlotLru {
   }
 
   void Unlink(std::vector<Slot>& slots, uint32_t slot) {
+    assert(slot < slots.size());
     Slot& s = slots[slot];
+    assert((s.prev == disk_tier::kNoSlot) == (head_ == slot));
+    assert((s.next == disk_tier::kNoSlot) == (tail_ == slot));
+    assert(s.prev == disk_tier::kNoSlot || slots[s.prev].next == slot);
+    assert(s.next == disk_tier::kNoSlot || slots[s.next].prev == slot);
     if (s.prev != disk_tier::kNoSlot) {
       slots[s.prev].next = s.next;
     } else {
@@ -71,6 +81,7 @@ class SlotFreeList {
 
   // The slot popped next is the one pushed last.
   void Push(std::vector<Slot>& slots, uint32_t slot) {
+    assert(slot < slots.size() && slot != head_);
     Slot& s = slots[slot];
     s.prev = disk_tier::kNoSlot;
     s.next = head_;

@@ -1,5 +1,6 @@
 #include "daemon/tier_spec.h"
 
+#include <cassert>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -83,6 +84,9 @@ absl::StatusOr<std::vector<TierSpec>> ParseTierSpecs(absl::string_view spec) {
     }
     out.push_back(*std::move(t));
   }
+  // At most one tier of each kind, the host tier first.
+  assert(out.size() <= 2 &&
+         (out.size() < 2 || out[0].kind == TierSpec::Kind::kHost));
   return out;
 }
 

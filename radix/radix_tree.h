@@ -75,6 +75,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "radix/block_key.h"
+#include "radix/refusal.h"
 
 namespace radixkv {
 
@@ -237,11 +238,10 @@ struct AcquireRequest {
   // hold stay pinned throughout (no trip through the recency list) and pages
   // they free can be allocated. Every one must be live, unexpired, held by
   // `owner` (expired or fenced ones included: ending them acknowledges
-  // them) and listed once, else NOT_FOUND / INVALID_ARGUMENT naming it (as
-  // `end_leases_field`[i]), and nothing changes.
+  // them) and listed once, else NOT_FOUND (Refusal::kEndLeaseUnknown) /
+  // INVALID_ARGUMENT (kEndLeaseRepeated) naming it as end_leases[i], with
+  // i as RefusalDetail::index, and nothing changes.
   absl::Span<const LeaseId> end_leases;
-  // How error messages name end_leases (a caller's own field name).
-  const char* end_leases_field = "end_leases";
   // Fill AcquireResult::evicted and new_keys (for a tier below the pool).
   bool report_evictions = false;
   // The caller copies bytes into or out of the new pages before it answers
@@ -434,7 +434,9 @@ class RadixTree {
   // Release, or let it expire. Errors (nothing changed): INVALID_ARGUMENT as
   // for Match and for a bad end_leases list; NOT_FOUND for an end_leases
   // entry that is not a live lease of req.owner; RESOURCE_EXHAUSTED at
-  // max_owner_leases.
+  // max_owner_leases (Refusal::kOwnerLeaseLimit), max_owner_pages
+  // (kOwnerPageLimit) or the account's max_pinned_pages (kAccountPinLimit).
+  // Every NOT_FOUND and RESOURCE_EXHAUSTED carries its Refusal (refusal.h).
   absl::StatusOr<AcquireResult> Acquire(const AcquireRequest& req);
 
   // Ends the hold an Acquire with hold_new_pages put on `lease`'s new
@@ -446,10 +448,10 @@ class RadixTree {
   // order; with release, then ends the lease. Errors (nothing changed):
   // NOT_FOUND when `lease` is not a live lease of `owner` (unknown, ended,
   // another owner's, or expired or fenced: such a lease is ended now, its
-  // owner having acknowledged it by naming it);
-  // FAILED_PRECONDITION when `blocks` exceeds the lease's uncommitted pages
-  // (the message gives both numbers). Messages do not name a field: the
-  // caller prefixes its own.
+  // owner having acknowledged it by naming it; Refusal::kLeaseUnknown or
+  // kLeaseExpired); FAILED_PRECONDITION when `blocks` exceeds the lease's
+  // uncommitted pages (kCommitBeyondLease; the message gives both numbers).
+  // Messages do not name a field: the caller prefixes its own.
   // With report_inserted, CommitResult::inserted_keys lists the keys of
   // the blocks this call inserted.
   absl::StatusOr<CommitResult> Commit(LeaseId lease, uint32_t blocks,

@@ -526,12 +526,14 @@ struct RadixTree::Impl {
   void FenceOrEraseLease(LeaseMap::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Ends the lease at `it` and forgets it (the owner's count included).
   void EraseLease(LeaseMap::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // The live lease `id` of `owner`. NOT_FOUND when there is none; an expired
-  // one is ended first (and counted) and reads as NOT_FOUND too.
+  // The live lease `id` of `owner`. NOT_FOUND (Refusal::kLeaseUnknown) when
+  // there is none; an expired one is ended first (and counted) and reads as
+  // NOT_FOUND too (kLeaseExpired).
   absl::StatusOr<LeaseMap::iterator> FindLease(LeaseId id, OwnerId owner,
                                                absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Checks AcquireRequest::end_leases and max_owner_leases; changes nothing.
+  // Checks AcquireRequest::end_leases, max_owner_leases and
+  // max_owner_pages; changes nothing. Every refusal is typed (refusal.h).
   absl::Status CheckEndLeases(const AcquireRequest& req, absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
   // The pages the leases of req.ns's account hold, those in req.end_leases
@@ -539,8 +541,9 @@ struct RadixTree::Impl {
   uint64_t AccountHeldAfterEnds(const AcquireRequest& req) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
   // Checks the pages the account of req.ns holds against its
-  // max_pinned_pages (end_leases counted as ended); RESOURCE_EXHAUSTED,
-  // counted as a limited Acquire, when no page fits.
+  // max_pinned_pages (end_leases counted as ended); RESOURCE_EXHAUSTED
+  // (Refusal::kAccountPinLimit), counted as a limited Acquire, when no page
+  // fits.
   absl::Status CheckAccountPins(const AcquireRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Acquire given the prompt's keys: takes the lock, checks, then

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "radix/radix_tree.h"
 #include "radix/radix_tree_internal.h"
+#include "radix/refusal.h"
 #include "radix/status_macros.h"
 
 namespace radixkv {
@@ -85,15 +86,19 @@ absl::StatusOr<RadixTree::Impl::LeaseMap::iterator> RadixTree::Impl::FindLease(
     LeaseId id, OwnerId owner, absl::Time now) {
   auto it = leases.find(id);
   if (it == leases.end() || it->second.owner != owner) {
-    return absl::NotFoundError(absl::StrCat(
-        "unknown lease ", id,
-        " for this owner (ended, expired, or held by another)"));
+    return Refuse(absl::StatusCode::kNotFound,
+                  {.reason = Refusal::kLeaseUnknown, .lease = id},
+                  absl::StrCat("unknown lease ", id,
+                               " for this owner (ended, expired, or held by "
+                               "another)"));
   }
   if (it->second.fenced || it->second.expires <= now) {
     // Its owner names it, so it no longer writes it: end it now.
     if (!it->second.fenced) ++stats.leases_expired;
     EraseLease(it);
-    return absl::NotFoundError(
+    return Refuse(
+        absl::StatusCode::kNotFound,
+        {.reason = Refusal::kLeaseExpired, .lease = id},
         absl::StrCat("lease ", id, " expired; its pages were released"));
   }
   return it;
@@ -101,7 +106,6 @@ absl::StatusOr<RadixTree::Impl::LeaseMap::iterator> RadixTree::Impl::FindLease(
 
 absl::Status RadixTree::Impl::CheckEndLeases(const AcquireRequest& req,
                                              absl::Time now) const {
-  const char* field = req.end_leases_field;
   // Checked whole before anything changes; ending one twice would unpin
   // its pages twice.
   // Expired and fenced leases of the owner may be named: that ends them.
@@ -111,13 +115,18 @@ absl::Status RadixTree::Impl::CheckEndLeases(const AcquireRequest& req,
     const LeaseId id = req.end_leases[i];
     auto it = leases.find(id);
     if (it == leases.end() || it->second.owner != req.owner) {
-      return absl::NotFoundError(absl::StrCat(
-          field, "[", i, "]: lease ", id,
-          " is unknown to this owner (ended, or held by another)"));
+      return Refuse(
+          absl::StatusCode::kNotFound,
+          {.reason = Refusal::kEndLeaseUnknown, .index = i, .lease = id},
+          absl::StrCat("end_leases[", i, "]: lease ", id,
+                       " is unknown to this owner (ended, or held "
+                       "by another)"));
     }
     if (req.end_leases.size() > 1 && !seen.insert(id).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": lease ", id, " is listed twice"));
+      return Refuse(
+          absl::StatusCode::kInvalidArgument,
+          {.reason = Refusal::kEndLeaseRepeated, .index = i, .lease = id},
+          absl::StrCat("end_leases: lease ", id, " is listed twice"));
     }
     ending_pages += it->second.held;
   }
@@ -127,16 +136,24 @@ absl::Status RadixTree::Impl::CheckEndLeases(const AcquireRequest& req,
   if (req.max_owner_leases != 0 &&
       held.leases - std::min<uint64_t>(held.leases, req.end_leases.size()) >=
           req.max_owner_leases) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the owner holds ", held.leases, " leases, the limit is ",
-        req.max_owner_leases, "; commit or release some"));
+    return Refuse(
+        absl::StatusCode::kResourceExhausted,
+        {.reason = Refusal::kOwnerLeaseLimit,
+         .held = held.leases,
+         .limit = req.max_owner_leases},
+        absl::StrCat("the owner holds ", held.leases, " leases, the limit is ",
+                     req.max_owner_leases, "; commit or release some"));
   }
   if (req.max_owner_pages != 0 &&
       held.pages - ending_pages >= req.max_owner_pages) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the owner's leases hold ", held.pages - ending_pages,
-        " pages, the limit is ", req.max_owner_pages,
-        "; commit or release some"));
+    return Refuse(
+        absl::StatusCode::kResourceExhausted,
+        {.reason = Refusal::kOwnerPageLimit,
+         .held = held.pages - ending_pages,
+         .limit = req.max_owner_pages},
+        absl::StrCat("the owner's leases hold ", held.pages - ending_pages,
+                     " pages, the limit is ", req.max_owner_pages,
+                     "; commit or release some"));
   }
   return absl::OkStatus();
 }
@@ -158,10 +175,14 @@ absl::Status RadixTree::Impl::CheckAccountPins(const AcquireRequest& req) {
     const uint64_t held = AccountHeldAfterEnds(req);
     if (held >= account.limits.max_pinned_pages) {
       ++account.limited;
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the account's leases hold ", held, " pages, its limit is ",
-          account.limits.max_pinned_pages,
-          " (max_pinned_pages); commit or release some"));
+      return Refuse(
+          absl::StatusCode::kResourceExhausted,
+          {.reason = Refusal::kAccountPinLimit,
+           .held = held,
+           .limit = account.limits.max_pinned_pages},
+          absl::StrCat("the account's leases hold ", held,
+                       " pages, its limit is ", account.limits.max_pinned_pages,
+                       " (max_pinned_pages); commit or release some"));
     }
   }
   return absl::OkStatus();
@@ -403,9 +424,13 @@ absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
   const uint32_t uncommitted =
       static_cast<uint32_t>(lease.writing.size()) - lease.committed;
   if (blocks > uncommitted) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "blocks=", blocks, " exceeds the lease's ", uncommitted,
-        " uncommitted new pages"));
+    return Refuse(absl::StatusCode::kFailedPrecondition,
+                  {.reason = Refusal::kCommitBeyondLease,
+                   .lease = lease_id,
+                   .held = blocks,
+                   .limit = uncommitted},
+                  absl::StrCat("blocks=", blocks, " exceeds the lease's ",
+                               uncommitted, " uncommitted new pages"));
   }
   const uint32_t now = m.NowSeconds();
   const uint32_t ps = m.arena_page_size;

@@ -14,8 +14,11 @@ ctest --preset default -j"$(nproc)"
 cmake --preset clang >/dev/null
 cmake --build --preset clang
 cmake --preset asan >/dev/null
-radix_tests="block_key_test radix_tree_test radix_lease_test radix_model_test scoped_lease_test radix_stress_test radix_account_test"
-daemon_tests="daemon_unit_test daemon_cache_test daemon_disk_tier_test daemon_host_tier_test"
+radix_tests="block_key_test radix_tree_test radix_lease_test radix_model_test scoped_lease_test radix_stress_test radix_account_test radix_refusal_test"
+daemon_tests="daemon_unit_test daemon_cache_test daemon_disk_tier_test daemon_host_tier_test
+  daemon_refusal_errors_test daemon_fence_tracker_test daemon_access_policy_test
+  daemon_namespace_registry_test daemon_tier_spec_test daemon_slot_lru_test
+  daemon_unix_listener_test daemon_peer_identity_test"
 # shellcheck disable=SC2086
 cmake --build --preset asan --target $radix_tests $daemon_tests
 for t in $radix_tests; do

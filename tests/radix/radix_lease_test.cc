@@ -73,11 +73,13 @@ TEST_F(RadixLeaseTest, EndLeasesMustBeTheOwnersOwn) {
       tree_.Acquire({.ns = ns_,
                      .tokens = {3, 4},
                      .owner = kBob,
-                     .end_leases = ends,
-                     .end_leases_field = "release_leases"});
+                     .end_leases = ends});
   EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
-  EXPECT_NE(r.status().message().find("release_leases[0]"), std::string::npos)
+  EXPECT_NE(r.status().message().find("end_leases[0]"), std::string::npos)
       << r.status();
+  EXPECT_EQ(RefusalOf(r.status()),
+            (RefusalDetail{.reason = Refusal::kEndLeaseUnknown, .index = 0,
+                           .lease = a}));
   EXPECT_EQ(tree_.owner_leases(kAlice), 1u);
   EXPECT_EQ(tree_.GetStats().lookups, lookups);  // refused before the lookup
   r = tree_.Acquire(
