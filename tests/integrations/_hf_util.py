@@ -4,7 +4,8 @@ process (tests/python/rkv_testutil.py), and a worker run as a separate
 process.
 
 Worker (python _hf_util.py --model DIR --endpoint SOCK --prompts IN.pt
---out OUT.pt [--new_tokens N] [--page_size P]): for each prompt in IN.pt
+--out OUT.pt [--new_tokens N] [--page_size P] [--device D]): the model on
+torch device D (default cpu); for each prompt in IN.pt
 (a list of 1-D int64 tensors) it records, in OUT.pt, with
 radixkv.integrations.transformers.PrefixCache:
   cached, saved        PrefixCache.prefill's cached_tokens and saved_blocks
@@ -83,14 +84,17 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--new_tokens", type=int, default=8)
     parser.add_argument("--page_size", type=int, default=16)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     from radixkv.integrations.transformers import PrefixCache
     torch.set_num_threads(1)
-    model = load_model(args.model)
-    prompts = torch.load(args.prompts)
+    model = load_model(args.model).to(args.device)
+    prompts = [p.to(args.device) for p in torch.load(args.prompts)]
     with PrefixCache(model, endpoint=args.endpoint, page_size=args.page_size,
                      client_name=f"hf-test-{os.getpid()}") as pc:
         records = run_prompts(model, pc, prompts, args.new_tokens)
+    records = [{k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in r.items()}
+               for r in records]
     torch.save(records, args.out)
     return 0
 

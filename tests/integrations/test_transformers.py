@@ -87,13 +87,15 @@ def prompt(seed: int, n: int) -> torch.Tensor:
     return torch.randint(1, _hf_util.TINY["vocab_size"], (n,), generator=g)
 
 
-def run_worker(tmp_path, name, model_dir, endpoint, prompts, page_size=P):
+def run_worker(tmp_path, name, model_dir, endpoint, prompts, page_size=P,
+               device="cpu"):
     """_hf_util.py's worker in a separate python process; its records."""
     src, out = tmp_path / f"{name}.in.pt", tmp_path / f"{name}.out.pt"
     torch.save(prompts, src)
     cmd = [sys.executable, os.path.join(HERE, "_hf_util.py"), "--model", model_dir,
            "--endpoint", endpoint, "--prompts", str(src), "--out", str(out),
-           "--new_tokens", str(NEW_TOKENS), "--page_size", str(page_size)]
+           "--new_tokens", str(NEW_TOKENS), "--page_size", str(page_size),
+           "--device", device]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
