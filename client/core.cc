@@ -314,159 +314,173 @@ absl::Status Core::RunSession() {
   // cancels the call) instead of failing while the channel backs off.
   ctx.set_wait_for_ready(true);
   v1::SessionRequest open;
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return absl::CancelledError("client closing");
-    stream_ctx_ = &ctx;
-    stream_opened_ = false;
-    stream_ended_ = false;
-    stream_info_.Clear();
-    open = OpenRequest();
-  }
+  if (!BeginStream(&ctx, &open)) return absl::CancelledError("client closing");
   // Connect now rather than when the channel's backoff timer fires.
   grpc::experimental::ChannelResetConnectionBackoff(channel_.get());
   std::unique_ptr<Stream> stream = stub_->Session(&ctx);
   std::thread reader([this, s = stream.get(), &open] { ReadLoop(s, open); });
 
-  // Ends the stream: cancel, join the reader, collect the final status.
-  auto finish = [&](absl::Status why) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (connected_) EndPublishedLocked();
-      connected_ = false;
-      pool_.reset();
-      deferred_.clear();  // the daemon ends the session's leases itself
-      live_leases_.clear();
-      release_now_ = false;
-      ctx.TryCancel();
-    }
-    reader.join();
-    absl::Status final_status = FromGrpcStatus(stream->Finish());
-    absl::MutexLock lock(&mu_);
-    stream_ctx_ = nullptr;
-    // The server's own status explains more than our cancellation does.
-    if (!final_status.ok() &&
-        final_status.code() != absl::StatusCode::kCancelled) {
-      return final_status;
-    }
-    return why;
-  };
+  absl::StatusOr<v1::SessionInfo> info = AwaitOpen();
+  if (!info.ok()) return EndStream(ctx, reader, *stream, info.status());
+  ForgetAcknowledged(open);
+  absl::StatusOr<std::shared_ptr<gpu::MappedPool>> pool = MapPool(*info);
+  if (!pool.ok()) return EndStream(ctx, reader, *stream, pool.status());
+  Publish(*info, std::move(*pool));
+  const absl::Status why = Serve(stream.get(), info->session_id());
+  return EndStream(ctx, reader, *stream, why);
+}
 
-  v1::SessionInfo info;
-  absl::Status open_error;
+bool Core::BeginStream(grpc::ClientContext* ctx, v1::SessionRequest* open) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return false;
+  stream_ctx_ = ctx;
+  stream_opened_ = false;
+  stream_ended_ = false;
+  stream_info_.Clear();
+  *open = OpenRequest();
+  return true;
+}
+
+absl::Status Core::EndStream(grpc::ClientContext& ctx, std::thread& reader,
+                             Stream& stream, absl::Status why) {
   {
     absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(this, &Core::OpenedOrEnded),
-                         options_.connect_timeout);
-    if (stopping_) {
-      open_error = absl::CancelledError("client closing");
-    } else if (stream_opened_) {
-      info = stream_info_;
-    } else if (stream_ended_) {
-      open_error = absl::UnavailableError("session stream ended before open");
-    } else {
-      open_error = absl::DeadlineExceededError(
-          absl::StrCat("no session reply within ",
-                       absl::FormatDuration(options_.connect_timeout)));
-    }
+    if (connected_) EndPublishedLocked();
+    connected_ = false;
+    pool_.reset();
+    deferred_.clear();  // the daemon ends the session's leases itself
+    live_leases_.clear();
+    release_now_ = false;
+    ctx.TryCancel();
   }
-  if (!open_error.ok()) return finish(open_error);
-  {
-    // The daemon has taken the acknowledgements with the open.
-    absl::MutexLock lock(&mu_);
-    const auto& sent = open.open().acknowledge_sessions();
-    std::erase_if(unacknowledged_, [&sent](const Unacknowledged& u) {
-      return std::find(sent.begin(), sent.end(), u.id) != sent.end();
-    });
-    acked_nonce_ = 0;
+  reader.join();
+  absl::Status final_status = FromGrpcStatus(stream.Finish());
+  absl::MutexLock lock(&mu_);
+  stream_ctx_ = nullptr;
+  // The server's own status explains more than our cancellation does.
+  if (!final_status.ok() &&
+      final_status.code() != absl::StatusCode::kCancelled) {
+    return final_status;
   }
+  return why;
+}
 
-  std::shared_ptr<gpu::MappedPool> pool;
-  if (options_.attach_pool && info.pool().backend() != "none" &&
-      !info.pool().attach_socket().empty()) {
-    absl::StatusOr<std::unique_ptr<gpu::MappedPool>> mapped =
-        AttachPool(info.pool().attach_socket(), info.session_id(),
-                   options_.connect_timeout);
-    if (!mapped.ok()) {
-      return finish(absl::Status(
-          mapped.status().code(),
-          absl::StrCat("attach pool: ", mapped.status().message())));
-    }
-    pool = std::move(*mapped);
+absl::StatusOr<v1::SessionInfo> Core::AwaitOpen() {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(this, &Core::OpenedOrEnded),
+                       options_.connect_timeout);
+  if (stopping_) return absl::CancelledError("client closing");
+  if (stream_opened_) return stream_info_;
+  if (stream_ended_) {
+    return absl::UnavailableError("session stream ended before open");
   }
+  return absl::DeadlineExceededError(
+      absl::StrCat("no session reply within ",
+                   absl::FormatDuration(options_.connect_timeout)));
+}
 
-  {
-    absl::MutexLock lock(&mu_);
-    if (generation_ > 0) ++reconnects_;
-    ++generation_;
-    session_id_ = info.session_id();
-    pool_info_ = info.pool();
-    pool_ = std::move(pool);
-    lease_ttl_ = absl::Milliseconds(info.lease_ttl_ms());
-    life_ = std::make_shared<SessionLife>();
-    connected_ = true;
-    last_error_ = absl::OkStatus();
-    last_ack_ = absl::Now();
+void Core::ForgetAcknowledged(const v1::SessionRequest& open) {
+  absl::MutexLock lock(&mu_);
+  const auto& sent = open.open().acknowledge_sessions();
+  std::erase_if(unacknowledged_, [&sent](const Unacknowledged& u) {
+    return std::find(sent.begin(), sent.end(), u.id) != sent.end();
+  });
+  acked_nonce_ = 0;
+}
+
+absl::StatusOr<std::shared_ptr<gpu::MappedPool>> Core::MapPool(
+    const v1::SessionInfo& info) {
+  if (!options_.attach_pool || info.pool().backend() == "none" ||
+      info.pool().attach_socket().empty()) {
+    return nullptr;
   }
+  absl::StatusOr<std::unique_ptr<gpu::MappedPool>> mapped =
+      AttachPool(info.pool().attach_socket(), info.session_id(),
+                 options_.connect_timeout);
+  if (!mapped.ok()) {
+    return absl::Status(
+        mapped.status().code(),
+        absl::StrCat("attach pool: ", mapped.status().message()));
+  }
+  return std::shared_ptr<gpu::MappedPool>(std::move(*mapped));
+}
 
-  // Serve: heartbeats and due releases until the stream ends, acks stop,
-  // or we are stopped.
+void Core::Publish(const v1::SessionInfo& info,
+                   std::shared_ptr<gpu::MappedPool> pool) {
+  absl::MutexLock lock(&mu_);
+  if (generation_ > 0) ++reconnects_;
+  ++generation_;
+  session_id_ = info.session_id();
+  pool_info_ = info.pool();
+  pool_ = std::move(pool);
+  lease_ttl_ = absl::Milliseconds(info.lease_ttl_ms());
+  life_ = std::make_shared<SessionLife>();
+  connected_ = true;
+  last_error_ = absl::OkStatus();
+  last_ack_ = absl::Now();
+}
+
+absl::Status Core::Serve(Stream* stream, const std::string& session_id) {
   uint64_t nonce = 0;
   absl::Time next_heartbeat = absl::Now() + options_.heartbeat_interval;
   while (true) {
-    absl::Status stop_reason;
-    bool ended = false;
-    bool heartbeat_due = false;
-    std::vector<uint64_t> releases;
-    {
-      absl::MutexLock lock(&mu_);
-      absl::Time wake = next_heartbeat;
-      const absl::Time now = absl::Now();
-      if (release_now_) {
-        wake = now;
-      } else if (!deferred_.empty()) {
-        wake = std::min(wake, deferred_.front().since + options_.release_delay);
-      } else if (now < release_ticking_until_) {
-        wake = std::min(wake, now + options_.release_delay);
-      }
-      serve_wake_at_ = wake;
-      mu_.AwaitWithDeadline(absl::Condition(this, &Core::ServeWakeup), wake);
-      serve_wakeup_ = false;
-      serve_wake_at_ = absl::InfiniteFuture();
-      const absl::Time woke = absl::Now();
-      if (stopping_) {
-        stop_reason = absl::CancelledError("client closing");
-        // No lease of this session writes from now on; all of them end.
-        if (life_ != nullptr) life_->ended.store(true);
-        releases = TakeDueReleases(absl::InfiniteFuture());
-        releases.insert(releases.end(), live_leases_.begin(),
-                        live_leases_.end());
-        live_leases_.clear();
-      } else if (stream_ended_) {
-        ended = true;
-      } else if (woke - last_ack_ > 3 * options_.heartbeat_interval) {
-        stop_reason = absl::DeadlineExceededError(
-            "session heartbeat not acknowledged for 3 intervals");
-      } else {
-        releases = TakeDueReleases(woke);
-        heartbeat_due = woke >= next_heartbeat;
-      }
-    }
-    if (!stop_reason.ok()) {
+    ServeTick tick = AwaitServeTick(next_heartbeat);
+    if (!tick.stop.ok()) {
       // Closing: the queued leases end now, not fenced with the session.
-      if (!releases.empty()) SendReleases(info.session_id(), releases);
-      return finish(stop_reason);
+      if (!tick.releases.empty()) SendReleases(session_id, tick.releases);
+      return tick.stop;
     }
-    if (ended) break;
-    if (!releases.empty()) SendReleases(info.session_id(), releases);
-    if (!heartbeat_due) continue;
+    if (tick.ended) break;
+    if (!tick.releases.empty()) SendReleases(session_id, tick.releases);
+    if (!tick.heartbeat_due) continue;
     next_heartbeat = absl::Now() + options_.heartbeat_interval;
-    v1::SessionRequest hb;
-    hb.mutable_heartbeat()->set_nonce(++nonce);
-    AddHeartbeatAcknowledgements(nonce, hb.mutable_heartbeat());
-    if (!stream->Write(hb)) break;
+    if (!SendHeartbeat(stream, ++nonce)) break;
   }
-  return finish(absl::UnavailableError("session stream ended"));
+  return absl::UnavailableError("session stream ended");
+}
+
+Core::ServeTick Core::AwaitServeTick(absl::Time next_heartbeat) {
+  ServeTick tick;
+  absl::MutexLock lock(&mu_);
+  absl::Time wake = next_heartbeat;
+  const absl::Time now = absl::Now();
+  if (release_now_) {
+    wake = now;
+  } else if (!deferred_.empty()) {
+    wake = std::min(wake, deferred_.front().since + options_.release_delay);
+  } else if (now < release_ticking_until_) {
+    wake = std::min(wake, now + options_.release_delay);
+  }
+  serve_wake_at_ = wake;
+  mu_.AwaitWithDeadline(absl::Condition(this, &Core::ServeWakeup), wake);
+  serve_wakeup_ = false;
+  serve_wake_at_ = absl::InfiniteFuture();
+  const absl::Time woke = absl::Now();
+  if (stopping_) {
+    tick.stop = absl::CancelledError("client closing");
+    // No lease of this session writes from now on; all of them end.
+    if (life_ != nullptr) life_->ended.store(true);
+    tick.releases = TakeDueReleases(absl::InfiniteFuture());
+    tick.releases.insert(tick.releases.end(), live_leases_.begin(),
+                         live_leases_.end());
+    live_leases_.clear();
+  } else if (stream_ended_) {
+    tick.ended = true;
+  } else if (woke - last_ack_ > 3 * options_.heartbeat_interval) {
+    tick.stop = absl::DeadlineExceededError(
+        "session heartbeat not acknowledged for 3 intervals");
+  } else {
+    tick.releases = TakeDueReleases(woke);
+    tick.heartbeat_due = woke >= next_heartbeat;
+  }
+  return tick;
+}
+
+bool Core::SendHeartbeat(Stream* stream, uint64_t nonce) {
+  v1::SessionRequest hb;
+  hb.mutable_heartbeat()->set_nonce(nonce);
+  AddHeartbeatAcknowledgements(nonce, hb.mutable_heartbeat());
+  return stream->Write(hb);
 }
 
 }  // namespace radixkv::client_internal

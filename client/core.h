@@ -51,6 +51,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/client.h"
@@ -140,9 +141,50 @@ class Core {
   using Stream = grpc::ClientReaderWriter<v1::SessionRequest,
                                           v1::SessionResponse>;
 
+  // What the serving session thread does after one wait (AwaitServeTick).
+  struct ServeTick {
+    absl::Status stop;  // not OK: end the session for this reason
+    bool ended = false;  // the stream ended
+    bool heartbeat_due = false;
+    std::vector<uint64_t> releases;  // lease ids to send Release for first
+  };
+
   void Loop();
   // One stream's life: connect, serve, end. Returns why it ended.
-  absl::Status RunSession();
+  absl::Status RunSession() ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes `ctx` the live stream's context, resets the per-stream state and
+  // builds the `open` request; false (nothing changed) when stopping.
+  bool BeginStream(grpc::ClientContext* ctx, v1::SessionRequest* open)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the stream of `ctx`: ends the published session, cancels the call,
+  // joins `reader` and returns the server's final status when it says more
+  // than the cancellation, else `why`.
+  absl::Status EndStream(grpc::ClientContext& ctx, std::thread& reader,
+                         Stream& stream, absl::Status why)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits up to connect_timeout for the SessionInfo; the error says why
+  // none came (closing, stream ended, deadline).
+  absl::StatusOr<v1::SessionInfo> AwaitOpen() ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the ended sessions `open` acknowledged (the daemon has them) and
+  // resets the heartbeat acknowledgement count of the new stream.
+  void ForgetAcknowledged(const v1::SessionRequest& open)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // With attach_pool and a pool that can be attached, maps it; else null.
+  absl::StatusOr<std::shared_ptr<gpu::MappedPool>> MapPool(
+      const v1::SessionInfo& info);
+  // Publishes the opened session (a new generation, connected) with `pool`.
+  void Publish(const v1::SessionInfo& info,
+               std::shared_ptr<gpu::MappedPool> pool) ABSL_LOCKS_EXCLUDED(mu_);
+  // Serves the published session until the stream ends, acks stop or the
+  // client closes (releasing every lease first); returns why it stopped.
+  absl::Status Serve(Stream* stream, const std::string& session_id)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Sleeps until `next_heartbeat`, a due release or a wake-up, and says
+  // what to do next.
+  ServeTick AwaitServeTick(absl::Time next_heartbeat) ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes heartbeat `nonce` with the ready acknowledgements; false when the
+  // stream is gone.
+  bool SendHeartbeat(Stream* stream, uint64_t nonce) ABSL_LOCKS_EXCLUDED(mu_);
   // The `open` request, acknowledging the queued lost sessions.
   v1::SessionRequest OpenRequest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the published session (under mu_): unpublishes it, marks its

@@ -152,7 +152,8 @@ else
   if ! (cd "$BUILD" && timeout 300 env PYTHONPATH="$BUILD/python" PYTHONDONTWRITEBYTECODE=1 \
         RADIXKVD="$BUILD/daemon/radixkvd" RADIXKVCTL="$BUILD/client/radixkvctl" \
         RADIXKV_WORKER="$BUILD/client/worker/radixkv-worker" \
-        "$PY" -m pytest -v -rs -p no:cacheprovider "$ROOT/tests/python/test_pool_cuda.py"); then
+        "$PY" -m pytest -v -rs -p no:cacheprovider "$ROOT/tests/python/test_pool_cuda.py" \
+          "$ROOT/tests/integrations/test_transformers_cuda.py"); then
     fail "tests/python/test_pool_cuda.py"
   fi
 fi

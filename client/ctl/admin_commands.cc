@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,20 +34,44 @@ Request RequestOf(grpc::Status (Stub::*)(grpc::ClientContext*, const Request&,
                                          Response*));
 
 // A command that asks `kMethod` with an empty request and prints the answer
-// with `kPrint` (stats, namespaces, sessions).
+// with `kPrint` (stats).
 template <auto kMethod, auto kPrint>
-int RunQuery(Context& ctx) {
+int RunQuery(Context& ctx, const NoOptions&) {
   return CallAndPrint(ctx, kMethod, decltype(RequestOf(kMethod))(), kPrint);
+}
+
+// The options of a command that prints a table and has no other flags.
+struct TableOptions {
+  bool no_headers = false;
+};
+
+void AddTableFlags(CLI::App& app, TableOptions& o, CompletionValues&) {
+  AddNoHeadersFlag(app, &o.no_headers);
+}
+
+// RunQuery for a command that prints a table (namespaces, sessions).
+template <auto kMethod, auto kPrint>
+int RunTableQuery(Context& ctx, const TableOptions& o) {
+  ApplyNoHeaders(ctx, o.no_headers);
+  return RunQuery<kMethod, kPrint>(ctx, NoOptions());
 }
 
 // ---- health ---------------------------------------------------------------
 
-int RunHealth(Context& ctx) {
+struct HealthOptions {
+  std::string service;  // empty: the whole server
+};
+
+void AddHealthFlags(CLI::App& app, HealthOptions& o, CompletionValues&) {
+  AddValueFlag(app, "service", &o.service,
+               "service name to check (default: the whole server)");
+}
+
+int RunHealth(Context& ctx, const HealthOptions& o) {
   using grpc::health::v1::HealthCheckRequest;
   using grpc::health::v1::HealthCheckResponse;
   HealthCheckRequest req;
-  const std::string service = ctx.args.Get("service");
-  req.set_service(service.data(), service.size());
+  req.set_service(o.service.data(), o.service.size());
   HealthCheckResponse resp;
   auto stub = grpc::health::v1::Health::NewStub(ctx.Channel());
   auto check = [&](grpc::ClientContext* call) {
@@ -239,6 +264,23 @@ void PrintTree(const v1::DumpTreeResponse& resp, std::ostream& out) {
       << ")\n";
 }
 
+struct TreeOptions {
+  std::optional<uint32_t> limit;  // absent: 20; excludes --all
+  std::optional<uint32_t> max_depth;
+  bool all = false;
+  bool no_headers = false;
+};
+
+void AddTreeFlags(CLI::App& app, TreeOptions& o, CompletionValues&) {
+  AddUintFlag(app, "limit", &o.limit, 1, 10000,
+              "at most this many blocks (default 20, max 10000)");
+  AddUintFlag(app, "max-depth", &o.max_depth, 0, 0xffffffffu,
+              "deepest block index to show (0: first blocks)");
+  AddBoolFlag(app, "all", &o.all,
+              "every cached block, however many (page order)");
+  AddNoHeadersFlag(app, &o.no_headers);
+}
+
 // tree --all: every cached block, walking DumpTree's pages (page-id order)
 // with one --timeout deadline per page; the pages are printed as one answer.
 int RunTreeAll(Context& ctx, v1::DumpTreeRequest req) {
@@ -264,43 +306,58 @@ int RunTreeAll(Context& ctx, v1::DumpTreeRequest req) {
                      [&] { PrintTree(all, *ctx.out); });
 }
 
-int RunTree(Context& ctx) {
+int RunTree(Context& ctx, const TreeOptions& o) {
+  ApplyNoHeaders(ctx, o.no_headers);
   v1::DumpTreeRequest req;
-  if (ctx.args.Has("max-depth")) {
-    absl::StatusOr<uint64_t> depth =
-        ctx.args.GetUint("max-depth", 0, 0, 0xffffffffu);
-    if (!depth.ok()) return Fail(ctx, depth.status());
-    req.set_max_depth(static_cast<uint32_t>(*depth));
-  }
-  if (ctx.args.Has("all")) {
-    if (ctx.args.Has("limit")) {
+  if (o.max_depth.has_value()) req.set_max_depth(*o.max_depth);
+  if (o.all) {
+    if (o.limit.has_value()) {
       return BadArgs(ctx, "--all and --limit exclude each other");
     }
     return RunTreeAll(ctx, req);
   }
-  absl::StatusOr<uint64_t> limit = ctx.args.GetUint("limit", 20, 1, 10000);
-  if (!limit.ok()) return Fail(ctx, limit.status());
-  req.set_limit(static_cast<uint32_t>(*limit));
+  req.set_limit(o.limit.value_or(20));
   return CallAndPrint(ctx, &Admin::Stub::DumpTree, req, PrintTree);
 }
 
 // ---- evict / clear ------------------------------------------------------------
 
-int RunEvict(Context& ctx) {
-  absl::StatusOr<uint64_t> pages =
-      ctx.args.RequireUint("pages", 1, uint64_t{1} << 40);
-  if (!pages.ok()) return Fail(ctx, pages.status());
+constexpr uint64_t kMaxEvictPages = uint64_t{1} << 40;
+
+struct EvictOptions {
+  std::optional<uint64_t> pages;  // required
+};
+
+void AddEvictFlags(CLI::App& app, EvictOptions& o, CompletionValues&) {
+  AddUintFlag(app, "pages", &o.pages, 1, kMaxEvictPages,
+              "how many pages to evict (required)");
+}
+
+int RunEvict(Context& ctx, const EvictOptions& o) {
+  if (!o.pages.has_value()) {
+    return BadArgs(ctx, absl::StrCat("--pages is required (an integer in 1..",
+                                     kMaxEvictPages, ")"));
+  }
+  const uint64_t pages = *o.pages;
   v1::EvictRequest req;
-  req.set_pages(*pages);
+  req.set_pages(pages);
   return CallAndPrint(ctx, &Admin::Stub::Evict, req,
                       [&](const v1::EvictResponse& resp, std::ostream& out) {
-                        out << "evicted " << resp.evicted() << " of " << *pages
+                        out << "evicted " << resp.evicted() << " of " << pages
                             << " requested pages\n";
                       });
 }
 
-int RunClear(Context& ctx) {
-  if (!ctx.args.Has("yes")) {
+struct ClearOptions {
+  bool yes = false;  // no confirmation
+};
+
+void AddClearFlags(CLI::App& app, ClearOptions& o, CompletionValues&) {
+  AddBoolFlag(app, "yes", &o.yes, "do not ask for confirmation");
+}
+
+int RunClear(Context& ctx, const ClearOptions& o) {
+  if (!o.yes) {
     if (!isatty(STDIN_FILENO)) {
       return BadArgs(ctx,
                      "clear drops every unpinned cached block; stdin is not a "
@@ -373,13 +430,21 @@ std::string FormatEvent(const v1::Event& e) {
   return line;
 }
 
-int RunWatch(Context& ctx) {
-  absl::StatusOr<uint64_t> from =
-      ctx.args.GetUint("from", 0, 0, ~uint64_t{0});
-  if (!from.ok()) return Fail(ctx, from.status());
-  absl::StatusOr<uint64_t> count =
-      ctx.args.GetUint("count", 0, 0, ~uint64_t{0});
-  if (!count.ok()) return Fail(ctx, count.status());
+struct WatchOptions {
+  uint64_t from = 0;   // 0: from now on
+  uint64_t count = 0;  // 0: until interrupted
+};
+
+void AddWatchFlags(CLI::App& app, WatchOptions& o, CompletionValues&) {
+  AddUintFlag(app, "from", &o.from, 0, ~uint64_t{0},
+              "first sequence number, one still in the daemon's buffer "
+              "(default 0: from now on)");
+  AddUintFlag(app, "count", &o.count, 0, ~uint64_t{0},
+              "stop after this many events (default 0: never)");
+}
+
+int RunWatch(Context& ctx, const WatchOptions& o) {
+  const uint64_t count = o.count;
 
   sigset_t set;
   sigemptyset(&set);
@@ -395,7 +460,7 @@ int RunWatch(Context& ctx) {
   }
   auto stub = Admin::NewStub(channel);
   v1::WatchEventsRequest req;
-  req.set_start_sequence(*from);
+  req.set_start_sequence(o.from);
   grpc::ClientContext call;
   {
     absl::MutexLock lock(&g_watch_mu);
@@ -406,7 +471,7 @@ int RunWatch(Context& ctx) {
   v1::Event event;
   uint64_t seen = 0;
   uint64_t expected = 0;  // next sequence number, once known
-  while ((*count == 0 || seen < *count) && reader->Read(&event)) {
+  while ((count == 0 || seen < count) && reader->Read(&event)) {
     ++seen;
     if (expected != 0 && event.sequence() > expected &&
         event.kind_case() != v1::Event::kGap) {
@@ -428,14 +493,14 @@ int RunWatch(Context& ctx) {
   {
     absl::MutexLock lock(&g_watch_mu);
     interrupted = g_interrupted;
-    if (*count != 0 && seen >= *count) call.TryCancel();
+    if (count != 0 && seen >= count) call.TryCancel();
   }
   absl::Status s = FromGrpcStatus(reader->Finish());
   {
     absl::MutexLock lock(&g_watch_mu);
     g_watch_call = nullptr;
   }
-  if (interrupted || (*count != 0 && seen >= *count)) return kExitOk;
+  if (interrupted || (count != 0 && seen >= count)) return kExitOk;
   if (!s.ok()) return Fail(ctx, s);
   return kExitOk;
 }
@@ -446,29 +511,30 @@ std::vector<Command> AdminCommands() {
   const std::string state = "Cluster health and state";
   const std::string contents = "Cache contents";
   const std::string maintenance = "Maintenance";
-  // name, group, summary, positional, example, details, flags, run
+  // name, group, summary, example, details, flags and run
   return {
       {"health", state,
-       "Check the daemon's grpc.health.v1 status (exit 4 unless SERVING)", "",
+       "Check the daemon's grpc.health.v1 status (exit 4 unless SERVING)",
        "radixkvctl health\nradixkvctl --endpoint=/run/radixkv/radixkvd.sock health -o json",
        "Calls grpc.health.v1.Health/Check. Prints SERVING and exits 0, or "
        "prints the status and exits 4 (NOT_SERVING, e.g. while draining).",
-       {{"service", true, "service name to check (default: the whole server)"}},
-       RunHealth},
-      {"stats", state, "Show pool occupancy, hit ratio, sessions and leases", "",
+       CommandWith(AddHealthFlags, RunHealth)},
+      {"stats", state, "Show pool occupancy, hit ratio, sessions and leases",
        "radixkvctl stats\nradixkvctl stats -o json | jq .stats.hit_tokens", "",
-       {}, RunQuery<&Admin::Stub::GetStats, PrintStats>},
+       CommandWith(AddNoFlags, RunQuery<&Admin::Stub::GetStats, PrintStats>)},
       {"namespaces", state,
-       "List namespaces (model, layout, tenant) and their cached blocks", "",
+       "List namespaces (model, layout, tenant) and their cached blocks",
        "radixkvctl namespaces\n"
        "radixkvctl namespaces --no-headers | awk '{print $1}'",
-       "", {NoHeadersFlag()},
-       RunQuery<&Admin::Stub::ListNamespaces, PrintNamespaces>},
-      {"sessions", state, "List worker sessions with their leases and age", "",
-       "radixkvctl sessions -o json", "", {NoHeadersFlag()},
-       RunQuery<&Admin::Stub::ListSessions, PrintSessions>},
+       "",
+       CommandWith(AddTableFlags,
+                   RunTableQuery<&Admin::Stub::ListNamespaces, PrintNamespaces>)},
+      {"sessions", state, "List worker sessions with their leases and age",
+       "radixkvctl sessions -o json", "",
+       CommandWith(AddTableFlags,
+                   RunTableQuery<&Admin::Stub::ListSessions, PrintSessions>)},
       {"tree", contents,
-       "Show the top of the radix tree: shallowest blocks first", "",
+       "Show the top of the radix tree: shallowest blocks first",
        "radixkvctl tree --limit=50 --max-depth=2\n"
        "radixkvctl tree --limit=1000 -o json | jq '.nodes | length'\n"
        "radixkvctl tree --all -o json | jq '.nodes | length'",
@@ -476,32 +542,24 @@ std::vector<Command> AdminCommands() {
        "(leases pinning it), children, age since last use, namespace. --all "
        "pages through every cached block (in page order, 10000 per call); "
        "blocks that change during the walk may show either state.",
-       {{"limit", true, "at most this many blocks (default 20, max 10000)"},
-        {"max-depth", true, "deepest block index to show (0: first blocks)"},
-        {"all", false, "every cached block, however many (page order)"},
-        NoHeadersFlag()},
-       RunTree},
+       CommandWith(AddTreeFlags, RunTree)},
       {"watch", contents,
-       "Follow cache events (stored, removed, cleared) until interrupted", "",
+       "Follow cache events (stored, removed, cleared) until interrupted",
        "radixkvctl watch\nradixkvctl watch --from=1 --count=10 -o json",
        "Streams Admin.WatchEvents. Each event has a sequence number; a GAP "
        "line says which events this consumer missed. Stops on Ctrl-C "
        "(exit 0) or after --count events.",
-       {{"from", true,
-         "first sequence number, one still in the daemon's buffer (default "
-         "0: from now on)"},
-        {"count", true, "stop after this many events (default 0: never)"}},
-       RunWatch},
+       CommandWith(AddWatchFlags, RunWatch)},
       {"evict", maintenance,
-       "Evict up to N least-recently-used unpinned blocks", "",
+       "Evict up to N least-recently-used unpinned blocks",
        "radixkvctl evict --pages=1000", "",
-       {{"pages", true, "how many pages to evict (required)"}}, RunEvict},
+       CommandWith(AddEvictFlags, RunEvict)},
       {"clear", maintenance,
-       "Drop every unpinned cached block (asks for confirmation)", "",
+       "Drop every unpinned cached block (asks for confirmation)",
        "radixkvctl clear --yes",
        "Asks \"Clear all unpinned cached blocks? [y/N]\" on a terminal. "
        "Without a terminal, --yes is required (else exit 3).",
-       {{"yes", false, "do not ask for confirmation"}}, RunClear},
+       CommandWith(AddClearFlags, RunClear)},
   };
 }
 

@@ -1,5 +1,5 @@
-// Shared helpers of radixkvctl commands: flag values, namespace and token
-// parsing, the daemon channel, calls with a deadline, the error -> exit code
+// Shared helpers of radixkvctl commands: flag binding and value checks,
+// namespace and token parsing, the daemon channel, calls with a deadline, the error -> exit code
 // mapping and result printing.
 #include <fstream>
 #include <optional>
@@ -23,34 +23,50 @@
 #include "radixkv/namespace_spec.h"
 
 namespace radixkv::ctl {
+namespace {
 
-std::string Args::Get(const std::string& name,
-                      const std::string& fallback) const {
-  auto it = values_.find(name);
-  return it == values_.end() ? fallback : it->second;
+constexpr uint64_t kU32Max = 0xffffffffu;
+
+}  // namespace
+
+CLI::Option* AddBoolFlag(CLI::App& app, const std::string& name, bool* on,
+                         const std::string& help) {
+  return app.add_flag("--" + name, *on, help);
 }
 
-absl::StatusOr<uint64_t> Args::GetUint(const std::string& name,
-                                       uint64_t fallback, uint64_t min,
-                                       uint64_t max) const {
-  auto it = values_.find(name);
-  if (it == values_.end()) return fallback;
+absl::StatusOr<uint64_t> ParseUintFlag(const std::string& name,
+                                       const std::string& text, uint64_t min,
+                                       uint64_t max) {
   uint64_t v = 0;
-  if (!absl::SimpleAtoi(it->second, &v) || v < min || v > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, "=", it->second,
-                     ": want an integer in ", min, "..", max));
+  if (!absl::SimpleAtoi(text, &v) || v < min || v > max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, "=", text, ": want an integer in ", min, "..", max));
   }
   return v;
 }
 
-absl::StatusOr<uint64_t> Args::RequireUint(const std::string& name,
-                                           uint64_t min, uint64_t max) const {
-  if (!Has(name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", name, " is required (an integer in ", min, "..", max, ")"));
-  }
-  return GetUint(name, 0, min, max);
+CLI::Validator UintRange(const std::string& name, uint64_t min, UintMax max) {
+  CLI::Validator range(
+      [name, min, max](std::string& value) {
+        absl::StatusOr<uint64_t> bound = max();
+        if (!bound.ok()) throw FlagValueError(std::string(bound.status().message()));
+        absl::StatusOr<uint64_t> v = ParseUintFlag(name, value, min, *bound);
+        if (!v.ok()) throw FlagValueError(std::string(v.status().message()));
+        value = absl::StrCat(*v);  // CLI11 would read "010" as octal
+        return std::string();
+      },
+      "", "UintRange");
+  // The options take the last value given: with TakeLast, CLI11 numbers
+  // the earlier values below 0, so index 0 is the one that counts.
+  range.application_index(0);
+  return range;
+}
+
+CLI::Option* AddPositional(CLI::App& app, const std::string& name,
+                           std::vector<std::string>* args,
+                           const std::string& help) {
+  return app.add_option(name, *args, help)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 std::shared_ptr<grpc::Channel> Context::Channel() {
@@ -109,29 +125,53 @@ int BadArgs(Context& ctx, const std::string& message) {
   return kExitBadArgs;
 }
 
-std::vector<FlagSpec> NamespaceFlags() {
-  return {
-      {"model", true, "model name (required; may be empty: --model=)"},
-      {"model-revision", true, "weights revision"},
-      {"lora", true, "LoRA adapter name"},
-      {"salt", true, "tenant cache salt"},
-      {"layers", true, "number of layers (required)"},
-      {"kv-heads", true, "number of KV heads (required)"},
-      {"head-dim", true, "head dimension (required)"},
-      {"page-size", true, "tokens per block (default 16)"},
-      {"dtype", true, "fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (required)",
-       DTypeNames()},
-      {"tp-rank", true, "tensor-parallel rank (default 0)"},
-      {"tp-size", true, "tensor-parallel size (default 1)"},
-      {"layout", true,
-       "per-layer (default) or xlayer:S[:W]: layers S.. share one K/V bank, "
-       "W the local window (part of the namespace)"},
-  };
+void AddNamespaceFlags(CLI::App& app, NamespaceOptions* ns,
+                       CompletionValues& values, bool raw) {
+  const uint64_t min = raw ? 0 : 1;
+  AddValueFlag(app, "model", &ns->model,
+               "model name (required; may be empty: --model=)");
+  AddValueFlag(app, "model-revision", &ns->model_revision, "weights revision");
+  AddValueFlag(app, "lora", &ns->lora, "LoRA adapter name");
+  AddValueFlag(app, "salt", &ns->salt, "tenant cache salt");
+  AddUintFlag(app, "layers", &ns->layers, min, kU32Max,
+              "number of layers (required)");
+  AddUintFlag(app, "kv-heads", &ns->kv_heads, min, kU32Max,
+              "number of KV heads (required)");
+  AddUintFlag(app, "head-dim", &ns->head_dim, min, kU32Max,
+              "head dimension (required)");
+  AddUintFlag(app, "page-size", &ns->page_size, 1, kU32Max,
+              "tokens per block (default 16)");
+  values[AddValueFlag(app, "dtype", &ns->dtype,
+                      "fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (required)")] =
+      DTypeNames();
+  CLI::Option* tp_rank =
+      AddValueFlag(app, "tp-rank", &ns->tp_rank,
+                   "tensor-parallel rank (default 0)");
+  CLI::Option* tp_size =
+      AddUintFlag(app, "tp-size", &ns->tp_size, min, kU32Max,
+                  "tensor-parallel size (default 1)");
+  // --tp-rank is below --tp-size; a bad --tp-size is reported first.
+  tp_rank->transform(UintRange(
+      "tp-rank", 0, [tp_size, raw, min]() -> absl::StatusOr<uint64_t> {
+        if (raw) return kU32Max;
+        if (tp_size->count() == 0) return 0;  // --tp-size 1
+        absl::StatusOr<uint64_t> size =
+            ParseUintFlag("tp-size", tp_size->results().back(), min, kU32Max);
+        if (!size.ok()) return size.status();
+        return *size - 1;
+      }));
+  AddValueFlag(app, "layout", &ns->layout,
+               "per-layer (default) or xlayer:S[:W]: layers S.. share one K/V "
+               "bank, W the local window (part of the namespace)");
 }
 
-FlagSpec NoHeadersFlag() {
-  return {"no-headers", false,
-          "print table rows only (no header row or summary line)"};
+CLI::Option* AddNoHeadersFlag(CLI::App& app, bool* no_headers) {
+  return AddBoolFlag(app, "no-headers", no_headers,
+                     "print table rows only (no header row or summary line)");
+}
+
+void ApplyNoHeaders(Context& ctx, bool no_headers) {
+  if (no_headers) SetHeaders(*ctx.out, false);
 }
 
 std::vector<std::string> DTypeNames() {
@@ -216,38 +256,38 @@ absl::Status ParseLayout(const std::string& layout, bool check,
   return absl::OkStatus();
 }
 
-absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args, bool raw) {
-  constexpr uint64_t kU32Max = 0xffffffffu;
+absl::StatusOr<NamespaceSpec> NamespaceFromOptions(const NamespaceOptions& o,
+                                                   bool raw) {
   const uint64_t min = raw ? 0 : 1;
+  auto required = [&](const char* name, const std::optional<uint32_t>& v)
+      -> absl::StatusOr<uint32_t> {
+    if (!v.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, " is required (an integer in ", min, "..", kU32Max, ")"));
+    }
+    return *v;
+  };
   NamespaceSpec ns;
-  if (!args.Has("model")) {
+  if (!o.model.has_value()) {
     return absl::InvalidArgumentError(
         "--model is required (use --model= for an empty name)");
   }
-  ns.model = args.Get("model");
-  ns.model_revision = args.Get("model-revision");
-  ns.lora = args.Get("lora");
-  ns.cache_salt = args.Get("salt");
-  ASSIGN_OR_RETURN(uint64_t layers, args.RequireUint("layers", min, kU32Max));
-  ASSIGN_OR_RETURN(uint64_t heads, args.RequireUint("kv-heads", min, kU32Max));
-  ASSIGN_OR_RETURN(uint64_t dim, args.RequireUint("head-dim", min, kU32Max));
-  ASSIGN_OR_RETURN(uint64_t page, args.GetUint("page-size", 16, 1, kU32Max));
-  ASSIGN_OR_RETURN(uint64_t tp_size, args.GetUint("tp-size", 1, min, kU32Max));
-  ASSIGN_OR_RETURN(uint64_t tp_rank,
-                   args.GetUint("tp-rank", 0, 0,
-                                raw ? kU32Max : tp_size - 1));
-  if (!args.Has("dtype")) {
+  ns.model = *o.model;
+  ns.model_revision = o.model_revision;
+  ns.lora = o.lora;
+  ns.cache_salt = o.salt;
+  ASSIGN_OR_RETURN(ns.num_layers, required("layers", o.layers));
+  ASSIGN_OR_RETURN(ns.num_kv_heads, required("kv-heads", o.kv_heads));
+  ASSIGN_OR_RETURN(ns.head_dim, required("head-dim", o.head_dim));
+  if (!o.dtype.has_value()) {
     return absl::InvalidArgumentError(
         "--dtype is required (fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8)");
   }
-  ASSIGN_OR_RETURN(ns.dtype, ParseDType(args.Get("dtype"), raw));
-  ns.num_layers = static_cast<uint32_t>(layers);
-  ns.num_kv_heads = static_cast<uint32_t>(heads);
-  ns.head_dim = static_cast<uint32_t>(dim);
-  ns.page_size = static_cast<uint32_t>(page);
-  ns.tp_rank = static_cast<uint32_t>(tp_rank);
-  ns.tp_size = static_cast<uint32_t>(tp_size);
-  RETURN_IF_ERROR(ParseLayout(args.Get("layout"), /*check=*/!raw, &ns));
+  ASSIGN_OR_RETURN(ns.dtype, ParseDType(*o.dtype, raw));
+  ns.page_size = o.page_size;
+  ns.tp_rank = o.tp_rank;
+  ns.tp_size = o.tp_size;
+  RETURN_IF_ERROR(ParseLayout(o.layout, /*check=*/!raw, &ns));
   return ns;
 }
 
@@ -270,22 +310,37 @@ absl::Status AppendTokens(absl::string_view text, absl::string_view origin,
 
 }  // namespace
 
-absl::StatusOr<std::vector<uint32_t>> TokensFromArgs(const Args& args,
-                                                     bool allow_empty) {
+CLI::Option* AddTokenFileFlag(CLI::App& app, std::optional<std::string>* path,
+                              CompletionValues& values) {
+  CLI::Option* o = AddValueFlag(
+      app, "file", path, "read token ids from PATH (whitespace/comma separated)");
+  values[o] = {kAnyPath};
+  return o;
+}
+
+CLI::Option* AddTokensPositional(CLI::App& app,
+                                 std::vector<std::string>* args) {
+  return AddPositional(app, "TOKENS", args,
+                       "token ids, separate or comma lists");
+}
+
+absl::StatusOr<std::vector<uint32_t>> ParseTokens(
+    const std::vector<std::string>& args,
+    const std::optional<std::string>& path, bool allow_empty) {
   std::vector<uint32_t> tokens;
-  for (const std::string& arg : args.positional()) {
+  for (const std::string& arg : args) {
     RETURN_IF_ERROR(AppendTokens(arg, "", &tokens));
   }
-  if (args.Has("file")) {
-    const std::string path = args.Get("file");
-    std::ifstream in(path);
+  if (path.has_value()) {
+    std::ifstream in(*path);
     if (!in) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--file=", path, ": cannot open"));
+          absl::StrCat("--file=", *path, ": cannot open"));
     }
     std::stringstream buf;
     buf << in.rdbuf();
-    RETURN_IF_ERROR(AppendTokens(buf.str(), absl::StrCat(" in ", path), &tokens));
+    RETURN_IF_ERROR(
+        AppendTokens(buf.str(), absl::StrCat(" in ", *path), &tokens));
   }
   if (tokens.empty() && !allow_empty) {
     return absl::InvalidArgumentError(

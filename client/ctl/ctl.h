@@ -1,14 +1,16 @@
 // File: client/ctl/ctl.h
 //
-// The command framework of radixkvctl (etcdctl-like): global options, a
-// command's parsed flags and arguments (Args), the Command table, exit codes
-// and the helpers shared by the command files.
+// The command framework of radixkvctl (etcdctl-like): global options, the
+// Command table, exit codes and the helpers shared by the command files.
 //
 //   radixkvctl [--endpoint E] [--timeout D] [-o text|json] <command> [flags] [args]
 //
 // Each command file contributes a list of Command descriptors (name, group,
-// one-line summary, usage, example, flags, run function); main.cc turns them
-// into CLI11 subcommands, parses the command line and prints grouped help.
+// one-line summary, example, details, and how it binds its flags): each
+// command has an options struct whose fields its CLI11 flags fill (values
+// checked by CLI11 validators while parsing) and a run function taking that
+// struct. main.cc turns them into CLI11 subcommands, parses the command line
+// and prints grouped help.
 // A command that asks the daemon one question goes through CallAndPrint.
 //
 // Thread safety: single-threaded use (one command per process), except the
@@ -20,11 +22,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -58,44 +62,12 @@ struct GlobalOptions {
 // In a list of completion values: complete file names.
 inline constexpr char kAnyPath[] = "<path>";
 
-// A command-specific flag. Boolean flags take no value ("--yes").
-struct FlagSpec {
-  std::string name;  // without the leading dashes
-  bool takes_value = true;
-  std::string help;
-  // The values shell completion offers for it; {kAnyPath}: file names.
-  std::vector<std::string> values = {};
-};
-
-// A command's parsed flags and positional arguments.
-class Args {
- public:
-  bool Has(const std::string& name) const { return values_.count(name) > 0; }
-  // The flag's value, or `fallback` when absent.
-  std::string Get(const std::string& name,
-                  const std::string& fallback = "") const;
-  // Unsigned integer flag in [min, max]; INVALID_ARGUMENT names the flag and
-  // the range. Absent: `fallback`.
-  absl::StatusOr<uint64_t> GetUint(const std::string& name, uint64_t fallback,
-                                   uint64_t min, uint64_t max) const;
-  // Like GetUint, but the flag must be present.
-  absl::StatusOr<uint64_t> RequireUint(const std::string& name, uint64_t min,
-                                       uint64_t max) const;
-  const std::vector<std::string>& positional() const { return positional_; }
-
-  void Set(const std::string& name, std::string value) {
-    values_[name] = std::move(value);
-  }
-  void AddPositional(std::string arg) { positional_.push_back(std::move(arg)); }
-
- private:
-  std::map<std::string, std::string> values_;
-  std::vector<std::string> positional_;
-};
+// What shell completion offers for an option's value or a positional
+// argument: words, or {kAnyPath}.
+using CompletionValues = std::map<const CLI::Option*, std::vector<std::string>>;
 
 struct Context {
   GlobalOptions global;
-  Args args;
   std::ostream* out = nullptr;  // stdout: data only
   std::ostream* err = nullptr;  // stderr: errors, prompts
 
@@ -112,28 +84,111 @@ struct Context {
   std::shared_ptr<grpc::Channel> channel_;
 };
 
+// A command, bound to the options struct its flags fill: run once the
+// command line has parsed.
+using BoundRun = std::function<int(Context& ctx)>;
+
 struct Command {
   std::string name;
-  std::string group;       // help section
-  std::string summary;     // one line
-  std::string positional;  // name of the positional arguments ("TOKENS");
-                           // empty: the command takes none
-  std::string example;     // one or more example lines
-  std::string details;     // optional extra paragraph
-  std::vector<FlagSpec> flags;
-  int (*run)(Context& ctx) = nullptr;
-  // Help for the positional arguments.
-  std::string positional_help = "token ids, separate or comma lists";
-  // The values shell completion offers for the positional arguments.
-  std::vector<std::string> positional_values = {};
+  std::string group;    // help section
+  std::string summary;  // one line
+  std::string example;  // one or more example lines
+  std::string details;  // optional extra paragraph
+  // Adds the command's flags, then its positional arguments, to `app` (the
+  // command's subcommand), bound to a new options struct; records what
+  // completion offers for their values in `values`. Returns the command
+  // bound to that struct.
+  std::function<BoundRun(CLI::App& app, CompletionValues& values)> bind;
 };
+
+// The `bind` of a command whose flags `add_flags` adds to an `Options`
+// struct and which `run` runs with that struct.
+template <typename Options>
+std::function<BoundRun(CLI::App&, CompletionValues&)> CommandWith(
+    void (*add_flags)(CLI::App& app, Options& options,
+                      CompletionValues& values),
+    int (*run)(Context& ctx, const Options& options)) {
+  return [add_flags, run](CLI::App& app, CompletionValues& values) {
+    auto options = std::make_shared<Options>();
+    add_flags(app, *options, values);
+    return BoundRun(
+        [options, run](Context& ctx) { return run(ctx, *options); });
+  };
+}
+
+// The options of a command without flags.
+struct NoOptions {};
+inline void AddNoFlags(CLI::App&, NoOptions&, CompletionValues&) {}
+
+// A command flag's value that the command cannot take, thrown by the flag's
+// CLI11 validator while the command line is parsed. what() is the whole
+// message ("--limit=0: want an integer in 1..10000"); main reports it as
+// "Error: <what>" with exit 3 once the command line is otherwise sound (help,
+// unknown flags and arguments, the endpoint are answered first).
+class FlagValueError : public CLI::ParseError {
+ public:
+  explicit FlagValueError(const std::string& message)
+      : CLI::ParseError("FlagValueError", message,
+                        CLI::ExitCodes::ValidationError) {}
+};
+
+// Adds the flag --`name`, which takes a value (help: "--name=V"), bound to
+// `*value`.
+template <typename T>
+CLI::Option* AddValueFlag(CLI::App& app, const std::string& name, T* value,
+                          const std::string& help) {
+  return app.add_option("--" + name, *value, help)->type_name("V");
+}
+
+// Adds the boolean flag --`name` (no value; --name=false is accepted and
+// leaves it off), bound to `*on`.
+CLI::Option* AddBoolFlag(CLI::App& app, const std::string& name, bool* on,
+                         const std::string& help);
+
+// `text`, the value of --`name`, as an unsigned integer in [min, max]
+// (absl::SimpleAtoi syntax); else INVALID_ARGUMENT
+// "--name=text: want an integer in min..max".
+absl::StatusOr<uint64_t> ParseUintFlag(const std::string& name,
+                                       const std::string& text, uint64_t min,
+                                       uint64_t max);
+
+// The upper bound of an unsigned integer flag, evaluated when its value is
+// validated (it may depend on another flag); an error fails the parse with
+// its message.
+using UintMax = std::function<absl::StatusOr<uint64_t>()>;
+
+// The CLI11 transform of an unsigned integer flag: a value ParseUintFlag
+// accepts for [min, max()] is handed on as plain decimal (what the bound
+// integer receives); another throws FlagValueError with ParseUintFlag's
+// message. Only the value that counts (the last one given) is checked.
+CLI::Validator UintRange(const std::string& name, uint64_t min, UintMax max);
+
+// Adds --`name` bound to the unsigned integer `*value` (an integer type, or
+// std::optional of one: set only when the flag is given), accepting
+// integers in [min, max] (UintRange). `max` must fit T.
+template <typename T>
+CLI::Option* AddUintFlag(CLI::App& app, const std::string& name, T* value,
+                         uint64_t min, uint64_t max, const std::string& help) {
+  return AddValueFlag(app, name, value, help)
+      ->transform(UintRange(name, min, [max]() -> absl::StatusOr<uint64_t> {
+        return max;
+      }));
+}
+
+// Adds the positional arguments `name` (e.g. "TOKENS": any number of them)
+// bound to `*args`.
+CLI::Option* AddPositional(CLI::App& app, const std::string& name,
+                           std::vector<std::string>* args,
+                           const std::string& help);
 
 std::vector<Command> AdminCommands();  // health stats namespaces sessions tree evict clear watch
 std::vector<Command> KeyCommands();    // match explain hash size version
 
-// The flag of commands that print a table: --no-headers (main turns
-// Headers(ctx.out) off when it is given).
-FlagSpec NoHeadersFlag();
+// Adds --no-headers, the flag of commands that print a table, bound to
+// `*no_headers`; such a command calls ApplyNoHeaders before printing.
+CLI::Option* AddNoHeadersFlag(CLI::App& app, bool* no_headers);
+// Turns Headers(*ctx.out) off when --no-headers was given.
+void ApplyNoHeaders(Context& ctx, bool no_headers);
 
 // Prints "Error: <message>" on ctx.err and returns the exit code for the
 // status: 2 for UNAVAILABLE/DEADLINE_EXCEEDED (with the endpoint named), 3 for
@@ -185,15 +240,34 @@ int CallAndPrint(
 }
 
 // The namespace flags shared by match, explain and hash.
-std::vector<FlagSpec> NamespaceFlags();
+struct NamespaceOptions {
+  std::optional<std::string> model;  // required; may be empty
+  std::string model_revision;
+  std::string lora;
+  std::string salt;
+  std::optional<uint32_t> layers;  // required
+  std::optional<uint32_t> kv_heads;  // required
+  std::optional<uint32_t> head_dim;  // required
+  uint32_t page_size = 16;
+  std::optional<std::string> dtype;  // required; ParseDType
+  uint32_t tp_rank = 0;
+  uint32_t tp_size = 1;
+  std::string layout;  // ParseLayout
+};
+// Adds those flags, bound to `*ns`. Values are checked while parsing:
+// --layers, --kv-heads, --head-dim and --tp-size in 1..2^32-1 (`raw`: from
+// 0), --page-size in 1..2^32-1, --tp-rank below --tp-size (`raw`: any
+// 32-bit value).
+void AddNamespaceFlags(CLI::App& app, NamespaceOptions* ns,
+                       CompletionValues& values, bool raw);
 // Builds a NamespaceSpec from those flags. --model, --layers, --kv-heads,
 // --head-dim and --dtype are required; --page-size defaults to 16,
 // --tp-size to 1, --layout to per-layer (ParseLayout). INVALID_ARGUMENT
 // names the flag. `raw` (for `hash`, which hashes whatever it is given, as
-// the contract's test vectors do) also accepts 0 for the layout fields,
-// tp_size and dtype ("unspecified"), and any xlayer:S[:W] values.
-absl::StatusOr<NamespaceSpec> NamespaceFromArgs(const Args& args,
-                                                bool raw = false);
+// the contract's test vectors do) also accepts dtype 0 ("unspecified"), and
+// any xlayer:S[:W] values; it must be what the flags were added with.
+absl::StatusOr<NamespaceSpec> NamespaceFromOptions(const NamespaceOptions& ns,
+                                                   bool raw = false);
 // Parses a --layout value into spec->cross_layer: "per-layer" or empty
 // (none), or "xlayer:S[:W]" (layers S.. share one K/V bank, W the local
 // window, 0 when omitted; docs/CONTRACTS.md §2.2). With `check`, S and W
@@ -210,11 +284,18 @@ const char* DTypeShortName(uint32_t dtype);
 // The short dtype names, fp32 .. int8 (what completion offers for --dtype).
 std::vector<std::string> DTypeNames();
 
-// Token ids from positional arguments ("1 2 3", "1,2,3") and/or --file PATH
-// (ids separated by whitespace or commas). INVALID_ARGUMENT names the bad
-// token; an empty list is an error unless `allow_empty`.
-absl::StatusOr<std::vector<uint32_t>> TokensFromArgs(const Args& args,
-                                                     bool allow_empty = false);
+// Adds --file PATH, the file token ids may come from, bound to `*path`.
+CLI::Option* AddTokenFileFlag(CLI::App& app, std::optional<std::string>* path,
+                              CompletionValues& values);
+// Adds the positional TOKENS, bound to `*args`.
+CLI::Option* AddTokensPositional(CLI::App& app,
+                                 std::vector<std::string>* args);
+// Token ids from positional arguments ("1 2 3", "1,2,3") and/or the file
+// `path` (--file: ids separated by whitespace or commas). INVALID_ARGUMENT
+// names the bad token; an empty list is an error unless `allow_empty`.
+absl::StatusOr<std::vector<uint32_t>> ParseTokens(
+    const std::vector<std::string>& args,
+    const std::optional<std::string>& path, bool allow_empty = false);
 
 }  // namespace radixkv::ctl
 

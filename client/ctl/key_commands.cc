@@ -25,22 +25,30 @@
 namespace radixkv::ctl {
 namespace {
 
-FlagSpec FileFlag() {
-  return {"file", true, "read token ids from PATH (whitespace/comma separated)",
-          {kAnyPath}};
+// The options of match, explain and hash: a namespace and token ids.
+struct PromptOptions {
+  NamespaceOptions ns;
+  std::optional<std::string> file;  // --file: more token ids
+  std::vector<std::string> tokens;  // positional
+  bool no_headers = false;          // explain and hash (they print a table)
+};
+
+// match: namespace flags, --file and the tokens.
+void AddMatchFlags(CLI::App& app, PromptOptions& o, CompletionValues& values) {
+  AddNamespaceFlags(app, &o.ns, values, /*raw=*/false);
+  AddTokenFileFlag(app, &o.file, values);
+  AddTokensPositional(app, &o.tokens);
 }
 
-std::vector<FlagSpec> PromptFlags() {
-  std::vector<FlagSpec> f = NamespaceFlags();
-  f.push_back(FileFlag());
-  return f;
-}
-
-// explain and hash print a table.
-std::vector<FlagSpec> PromptTableFlags() {
-  std::vector<FlagSpec> f = PromptFlags();
-  f.push_back(NoHeadersFlag());
-  return f;
+// explain and hash print a table: also --no-headers. `kRaw`: the permissive
+// namespace flags of `hash` (see NamespaceFromOptions).
+template <bool kRaw>
+void AddPromptTableFlags(CLI::App& app, PromptOptions& o,
+                         CompletionValues& values) {
+  AddNamespaceFlags(app, &o.ns, values, kRaw);
+  AddTokenFileFlag(app, &o.file, values);
+  AddNoHeadersFlag(app, &o.no_headers);
+  AddTokensPositional(app, &o.tokens);
 }
 
 // A prompt given on the command line: its namespace and token ids.
@@ -49,13 +57,14 @@ struct Prompt {
   std::vector<uint32_t> tokens;
 };
 
-// Parses namespace + tokens; on failure prints the error and returns its
+// Builds the prompt from `o`; on failure prints the error and returns its
 // exit code, else kExitOk. `raw`: the permissive parsing of `hash` (see
-// NamespaceFromArgs).
-int ParsePrompt(Context& ctx, Prompt* prompt, bool raw = false) {
-  absl::StatusOr<NamespaceSpec> spec = NamespaceFromArgs(ctx.args, raw);
+// NamespaceFromOptions).
+int ParsePrompt(Context& ctx, const PromptOptions& o, Prompt* prompt,
+                bool raw = false) {
+  absl::StatusOr<NamespaceSpec> spec = NamespaceFromOptions(o.ns, raw);
   if (!spec.ok()) return BadArgs(ctx, std::string(spec.status().message()));
-  absl::StatusOr<std::vector<uint32_t>> t = TokensFromArgs(ctx.args, raw);
+  absl::StatusOr<std::vector<uint32_t>> t = ParseTokens(o.tokens, o.file, raw);
   if (!t.ok()) return BadArgs(ctx, std::string(t.status().message()));
   prompt->ns = *spec;
   prompt->tokens = std::move(*t);
@@ -73,9 +82,9 @@ Request PromptRequest(const Prompt& prompt) {
 
 // ---- match ------------------------------------------------------------------
 
-int RunMatch(Context& ctx) {
+int RunMatch(Context& ctx, const PromptOptions& o) {
   Prompt prompt;
-  if (int exit = ParsePrompt(ctx, &prompt); exit != kExitOk) return exit;
+  if (int exit = ParsePrompt(ctx, o, &prompt); exit != kExitOk) return exit;
   const size_t tokens = prompt.tokens.size();
   const size_t tail = tokens % prompt.ns.page_size;
   return CallAndPrint(
@@ -150,9 +159,10 @@ void PrintExplain(const v1::ExplainResponse& resp, uint32_t page_size,
   t.Print(out);
 }
 
-int RunExplain(Context& ctx) {
+int RunExplain(Context& ctx, const PromptOptions& o) {
+  ApplyNoHeaders(ctx, o.no_headers);
   Prompt prompt;
-  if (int exit = ParsePrompt(ctx, &prompt); exit != kExitOk) return exit;
+  if (int exit = ParsePrompt(ctx, o, &prompt); exit != kExitOk) return exit;
   return CallAndPrint(ctx, &v1::Admin::Stub::Explain,
                       PromptRequest<v1::ExplainRequest>(prompt),
                       [&](const v1::ExplainResponse& resp, std::ostream& out) {
@@ -162,9 +172,10 @@ int RunExplain(Context& ctx) {
 
 // ---- hash ---------------------------------------------------------------------
 
-int RunHash(Context& ctx) {
+int RunHash(Context& ctx, const PromptOptions& o) {
+  ApplyNoHeaders(ctx, o.no_headers);
   Prompt prompt;
-  if (int exit = ParsePrompt(ctx, &prompt, /*raw=*/true); exit != kExitOk) {
+  if (int exit = ParsePrompt(ctx, o, &prompt, /*raw=*/true); exit != kExitOk) {
     return exit;
   }
   const NamespaceSpec& ns = prompt.ns;
@@ -310,45 +321,84 @@ void PrintSize(Context& ctx, const NamespaceSpec& spec, uint64_t tokens,
   });
 }
 
-int RunSize(Context& ctx) {
+// The options of size: a model layout and a token count.
+struct SizeOptions {
+  std::optional<uint32_t> layers;    // required
+  std::optional<uint32_t> kv_heads;  // required
+  std::optional<uint32_t> head_dim;  // required
+  std::optional<std::string> dtype;  // required; ParseDType
+  std::optional<uint64_t> tokens;    // required
+  uint32_t page_size = 16;
+  std::string layout;  // ParseLayout; empty: per-layer
+};
+
+constexpr uint64_t kMaxSizeTokens = uint64_t{1} << 40;
+
+void AddSizeFlags(CLI::App& app, SizeOptions& o, CompletionValues& values) {
   constexpr uint64_t kU32Max = 0xffffffffu;
-  auto need = [&](const char* name) { return ctx.args.RequireUint(name, 1, kU32Max); };
-  absl::StatusOr<uint64_t> layers = need("layers");
-  absl::StatusOr<uint64_t> heads = need("kv-heads");
-  absl::StatusOr<uint64_t> dim = need("head-dim");
-  absl::StatusOr<uint64_t> tokens =
-      ctx.args.RequireUint("tokens", 0, uint64_t{1} << 40);
-  absl::StatusOr<uint64_t> page = ctx.args.GetUint("page-size", 16, 1, kU32Max);
-  for (const auto* v : {&layers, &heads, &dim, &tokens, &page}) {
-    if (!v->ok()) return BadArgs(ctx, std::string(v->status().message()));
+  AddUintFlag(app, "layers", &o.layers, 1, kU32Max,
+              "number of layers (required)");
+  AddUintFlag(app, "kv-heads", &o.kv_heads, 1, kU32Max,
+              "KV heads (required)");
+  AddUintFlag(app, "head-dim", &o.head_dim, 1, kU32Max,
+              "head dimension (required)");
+  values[AddValueFlag(app, "dtype", &o.dtype,
+                      "fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (required)")] =
+      DTypeNames();
+  AddUintFlag(app, "tokens", &o.tokens, 0, kMaxSizeTokens,
+              "token count (required)");
+  AddUintFlag(app, "page-size", &o.page_size, 1, kU32Max,
+              "tokens per page (default 16)");
+  AddValueFlag(app, "layout", &o.layout,
+               "per-layer (default) or xlayer:S[:W]: layers S.. share one K/V "
+               "bank (1 <= S < layers; W, the local window, <= 65536, holds "
+               "no page bytes)");
+}
+
+int RunSize(Context& ctx, const SizeOptions& o) {
+  constexpr uint64_t kU32Max = 0xffffffffu;
+  struct Required {
+    const char* name;
+    bool given;
+    uint64_t min, max;
+  };
+  for (const Required& r : {Required{"layers", o.layers.has_value(), 1, kU32Max},
+                            Required{"kv-heads", o.kv_heads.has_value(), 1, kU32Max},
+                            Required{"head-dim", o.head_dim.has_value(), 1, kU32Max},
+                            Required{"tokens", o.tokens.has_value(), 0,
+                                     kMaxSizeTokens}}) {
+    if (!r.given) {
+      return BadArgs(ctx, absl::StrCat("--", r.name,
+                                       " is required (an integer in ", r.min,
+                                       "..", r.max, ")"));
+    }
   }
-  if (!ctx.args.Has("dtype")) {
+  if (!o.dtype.has_value()) {
     return BadArgs(ctx, "--dtype is required (fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8)");
   }
-  absl::StatusOr<DType> dtype = ParseDType(ctx.args.Get("dtype"));
+  absl::StatusOr<DType> dtype = ParseDType(*o.dtype);
   if (!dtype.ok()) return BadArgs(ctx, std::string(dtype.status().message()));
   NamespaceSpec spec;
-  spec.num_layers = static_cast<uint32_t>(*layers);
-  spec.num_kv_heads = static_cast<uint32_t>(*heads);
-  spec.head_dim = static_cast<uint32_t>(*dim);
-  spec.page_size = static_cast<uint32_t>(*page);
+  spec.num_layers = *o.layers;
+  spec.num_kv_heads = *o.kv_heads;
+  spec.head_dim = *o.head_dim;
+  spec.page_size = o.page_size;
   spec.dtype = *dtype;
   NamespaceSpec plain = spec;
-  const std::string layout = ctx.args.Get("layout", "per-layer");
-  if (absl::Status st = ParseLayout(layout, /*check=*/true, &spec); !st.ok()) {
+  if (absl::Status st = ParseLayout(o.layout, /*check=*/true, &spec); !st.ok()) {
     return BadArgs(ctx, std::string(st.message()));
   }
-  absl::StatusOr<SizeResult> r = SizeOf(spec, *tokens);
-  absl::StatusOr<SizeResult> per_layer = SizeOf(plain, *tokens);
+  absl::StatusOr<SizeResult> r = SizeOf(spec, *o.tokens);
+  absl::StatusOr<SizeResult> per_layer = SizeOf(plain, *o.tokens);
   if (!r.ok()) return BadArgs(ctx, std::string(r.status().message()));
   if (!per_layer.ok()) return BadArgs(ctx, std::string(per_layer.status().message()));
-  PrintSize(ctx, spec, *tokens, *r, *per_layer);
+  PrintSize(ctx, spec, *o.tokens, *r, *per_layer);
   return kExitOk;
 }
 
 // ---- version --------------------------------------------------------------------
 
-int RunVersion(Context& ctx) {
+int RunVersion(Context& ctx, const NoOptions&) {
   std::string daemon;
   v1::Admin::Stub stub(ctx.Channel());
   v1::GetStatsResponse resp;
@@ -378,34 +428,31 @@ int RunVersion(Context& ctx) {
 
 std::vector<Command> KeyCommands() {
   const std::string keys = "Prompts and keys";
-  // name, group, summary, positional, example, details, flags, run
+  // name, group, summary, example, details, flags and run
   return {
       {"match", keys, "How much of a prompt is cached (read-only, no session)",
-       "TOKENS",
        "radixkvctl match --model=llama --layers=32 --kv-heads=8 --head-dim=128 "
        "--dtype=bf16 1 2 3 4\nradixkvctl match --model=llama --layers=32 "
        "--kv-heads=8 --head-dim=128 --dtype=bf16 --file=prompt.txt -o json",
        "Tokens are ids: separate arguments, comma lists, or --file.",
-       PromptFlags(), RunMatch},
+       CommandWith(AddMatchFlags, RunMatch)},
       {"explain", keys, "Per block of a prompt: cached or not, and why not",
-       "TOKENS",
        "radixkvctl explain --model=llama --layers=32 --kv-heads=8 "
        "--head-dim=128 --dtype=bf16 --file=prompt.txt",
        "States: cached, not-present (never cached), evicted (dropped for "
        "room), token-mismatch (hash collision), wrong-namespace (cached for "
        "another model/LoRA/salt/layout), parent-missing (an earlier block is "
        "not cached, so this one cannot hit).",
-       PromptTableFlags(), RunExplain},
+       CommandWith(AddPromptTableFlags<false>, RunExplain)},
       {"hash", keys, "Block keys of a token list for a namespace (offline)",
-       "TOKENS",
        "radixkvctl hash --model=llama --layers=32 --kv-heads=8 --head-dim=128 "
        "--dtype=bf16 --page-size=4 1 2 3 4 5 6 7 8",
        "Prints the namespace root and one key per full block, per the "
        "block-key contract v1 (docs/CONTRACTS.md section 1); needs no daemon. "
        "With -o json keys are 32 lowercase hex digits.",
-       PromptTableFlags(), RunHash},
+       CommandWith(AddPromptTableFlags<true>, RunHash)},
       {"size", keys,
-       "KV-cache bytes of a token count for a model layout (offline)", "",
+       "KV-cache bytes of a token count for a model layout (offline)",
        "radixkvctl size --layers=24 --kv-heads=8 --head-dim=64 --dtype=fp16 "
        "--tokens=4096\nradixkvctl size --layers=40 --kv-heads=8 "
        "--head-dim=128 --dtype=bf16 --tokens=4096 --layout=xlayer:21",
@@ -416,21 +463,10 @@ std::vector<Command> KeyCommands() {
        "--layout=xlayer:S the layers from S on share one K/V bank: S + 1 "
        "groups take the place of the layers, and the answer adds the "
        "per-layer bytes and the saving (docs/CONTRACTS.md section 2.2).",
-       {{"layers", true, "number of layers (required)"},
-        {"kv-heads", true, "KV heads (required)"},
-        {"head-dim", true, "head dimension (required)"},
-        {"dtype", true, "fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8 (required)",
-         DTypeNames()},
-        {"tokens", true, "token count (required)"},
-        {"page-size", true, "tokens per page (default 16)"},
-        {"layout", true,
-         "per-layer (default) or xlayer:S[:W]: layers S.. share one K/V bank "
-         "(1 <= S < layers; W, the local window, <= 65536, holds no page "
-         "bytes)"}},
-       RunSize},
+       CommandWith(AddSizeFlags, RunSize)},
       {"version", keys,
-       "Print radixkvctl's version (and the daemon's when reachable)", "",
-       "radixkvctl version", "", {}, RunVersion},
+       "Print radixkvctl's version (and the daemon's when reachable)",
+       "radixkvctl version", "", CommandWith(AddNoFlags, RunVersion)},
   };
 }
 

@@ -3,15 +3,14 @@
 //   radixkvctl [--endpoint E] [--timeout D] [-o text|json] <command> [flags] [args]
 //
 // The command line is parsed by CLI11: each Command becomes a subcommand
-// whose flags are plain strings (the command checks their values through
-// Args, so that every message names the flag). Global flags may appear
+// whose flags fill the command's options struct; their validators check the
+// values, with messages that name the flag. Global flags may appear
 // before or after the command (the subcommands fall through to the root);
 // each can also come from RADIXKVCTL_ENDPOINT / RADIXKVCTL_TIMEOUT /
 // RADIXKVCTL_OUTPUT, and a flag overrides its variable. `completion` prints a
 // bash or zsh script generated from the same CLI11 app. See docs/CLI.md.
 #include <cstdlib>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -218,16 +217,11 @@ class HelpFormatter : public CLI::Formatter {
 
 // ---- commands ---------------------------------------------------------------------
 
-// What shell completion offers for an option's value or a positional
-// argument: words, or {kAnyPath}.
-using CompletionValues = std::map<const CLI::Option*, std::vector<std::string>>;
-
-// A Command as a CLI11 subcommand; its options fill Context::args.
+// A Command as a CLI11 subcommand, bound to the options its flags fill.
 struct BoundCommand {
   const Command* command = nullptr;
   CLI::App* app = nullptr;
-  std::vector<std::pair<const FlagSpec*, CLI::Option*>> flags;
-  std::vector<std::string> positional;
+  BoundRun run;
 };
 
 std::vector<Command> ShellCommands();
@@ -258,33 +252,7 @@ void Bind(CLI::App& root, const Command& c, BoundCommand* bound,
   sub->set_help_flag();  // the root's -h/--help serves every command
   sub->allow_extras(false);
   sub->footer(CommandFooter(c));
-  for (const FlagSpec& f : c.flags) {
-    CLI::Option* o = f.takes_value
-                         ? sub->add_option("--" + f.name)->type_name("V")
-                         : sub->add_flag("--" + f.name);
-    o->description(f.help);
-    bound->flags.emplace_back(&f, o);
-    if (!f.values.empty()) (*values)[o] = f.values;
-  }
-  if (!c.positional.empty()) {
-    CLI::Option* o =
-        sub->add_option(c.positional, bound->positional, c.positional_help)
-            ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-    if (!c.positional_values.empty()) (*values)[o] = c.positional_values;
-  }
-}
-
-// Copies the flags the command line gave into `args`.
-void FillArgs(const BoundCommand& bound, Args* args) {
-  for (const auto& [spec, option] : bound.flags) {
-    if (option->count() == 0) continue;
-    if (!spec->takes_value) {
-      if (option->as<bool>()) args->Set(spec->name, "true");
-    } else {
-      args->Set(spec->name, option->as<std::string>());
-    }
-  }
-  for (const std::string& p : bound.positional) args->AddPositional(p);
+  bound->run = c.bind(*sub, *values);
 }
 
 // The argument vector for CLI11 (reversed, as App::parse wants it).
@@ -392,8 +360,19 @@ std::vector<std::string> ShellNames() {
   return names;
 }
 
-int RunCompletion(Context& ctx) {
-  const std::vector<std::string>& shells = ctx.args.positional();
+struct CompletionOptions {
+  std::vector<std::string> shells;  // positional: exactly one is valid
+};
+
+void AddCompletionFlags(CLI::App& app, CompletionOptions& o,
+                        CompletionValues& values) {
+  const std::vector<std::string> shells = ShellNames();
+  values[AddPositional(app, "SHELL", &o.shells,
+                       absl::StrJoin(shells, " or "))] = shells;
+}
+
+int RunCompletion(Context& ctx, const CompletionOptions& o) {
+  const std::vector<std::string>& shells = o.shells;
   if (shells.size() != 1) {
     return BadArgs(ctx, absl::StrCat("completion: name one shell: ",
                                      absl::StrJoin(ShellNames(), " or ")));
@@ -403,13 +382,10 @@ int RunCompletion(Context& ctx) {
 }
 
 std::vector<Command> ShellCommands() {
-  const std::vector<std::string> shells = ShellNames();
-  // name, group, summary, positional, example, details, flags, run,
-  // positional help and values
+  // name, group, summary, example, details, flags and run
   return {
       {"completion", "Shell",
        "Print a bash or zsh script that completes commands and flags",
-       "SHELL",
        "source <(radixkvctl completion bash)\n"
        "radixkvctl completion zsh > \"${fpath[1]}/_radixkvctl\"",
        "The script completes commands, flags and flag values (output "
@@ -417,7 +393,7 @@ std::vector<Command> ShellCommands() {
        "command table. bash: source it, or save it as "
        "/etc/bash_completion.d/radixkvctl. zsh: save it as _radixkvctl in a "
        "directory of $fpath, or source it after compinit.",
-       {}, RunCompletion, absl::StrJoin(shells, " or "), shells},
+       CommandWith(AddCompletionFlags, RunCompletion)},
   };
 }
 
@@ -512,13 +488,22 @@ int Main(int argc, char** argv) {
     return WriteCompletion(cli.app, cli.values, shell, out);
   };
 
+  // A command flag's bad value (FlagValueError) stops CLI11 before it looks
+  // at --help; help, unknown arguments and a bad endpoint are answered first.
+  std::string bad_value;
   try {
     app.parse(ParserArgs(argc, argv));
   } catch (const CLI::CallForHelp&) {
     *ctx.out << app.help();  // the selected command's, if any
     return kExitOk;
+  } catch (const FlagValueError& e) {
+    bad_value = e.what();
   } catch (const CLI::ParseError& e) {
     return BadArgs(ctx, e.what());
+  }
+  if (!bad_value.empty() && app.get_help_ptr()->count() > 0) {
+    *ctx.out << app.help();
+    return kExitOk;
   }
 
   const std::vector<CLI::App*> selected = app.get_subcommands();
@@ -548,15 +533,14 @@ int Main(int argc, char** argv) {
 
   for (const BoundCommand& b : bound) {
     if (b.app != command) continue;
-    FillArgs(b, &ctx.args);
-    if (ctx.args.Has("no-headers")) SetHeaders(*ctx.out, false);
     absl::StatusOr<std::string> target =
         GrpcTargetForEndpoint(ctx.global.endpoint);
     if (!target.ok()) {
       return BadArgs(ctx, absl::StrCat("--", target.status().message()));
     }
+    if (!bad_value.empty()) return BadArgs(ctx, bad_value);
     ctx.global.target = *target;
-    return b.command->run(ctx);
+    return b.run(ctx);
   }
   return BadArgs(ctx, "no command given");
 }
