@@ -63,6 +63,9 @@ Cache::Cache(const CacheOptions& options)
     : options_(options),
       started_(absl::Now()),
       events_(options.event_buffer),
+      tiers_(options.tiers == nullptr
+                 ? nullptr
+                 : std::make_unique<TierCoordinator>(options.tiers, &events_)),
       registry_({.pool = options.pool,
                  .max_pool_pages = options.max_pool_pages,
                  .max_page_size = options.max_page_size,
@@ -260,9 +263,9 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
        .max_owner_leases = options_.sessions.max_leases_per_session,
        .max_owner_pages = MaxSessionPages(),
        .end_leases = absl::MakeConstSpan(carried.data(), carried.size()),
-       .report_evictions = options_.tiers != nullptr,
+       .report_evictions = tiers_ != nullptr,
        // The tiers copy into and out of the new pages before the answer.
-       .hold_new_pages = options_.tiers != nullptr});
+       .hold_new_pages = tiers_ != nullptr});
   if (!r.ok()) return LeaseError(r.status(), caller);
   if (r->lease != 0 && !sessions_.Exists(req.session_id())) {
     // The session closed while this Acquire ran, possibly after its
@@ -273,10 +276,14 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
                       v1::ERROR_REASON_SESSION_NOT_FOUND,
                       "the session ended during this Acquire");
   }
-  const uint32_t matched_in_pool = r->matched_blocks;
-  if (options_.tiers != nullptr) MoveBetweenTiers(session, &*r);
+  const uint32_t promoted =
+      tiers_ == nullptr
+          ? 0
+          : tiers_->AfterAcquire(t, session.binding.ns,
+                                 session.binding.page_size, session.owner,
+                                 &*r);
   FillAcquireResponse(req, *r, session.binding.page_size, expires, resp);
-  resp->set_promoted_blocks(r->matched_blocks - matched_in_pool);
+  resp->set_promoted_blocks(promoted);
   if (handle != nullptr) *handle = {r->lease, session.owner};
   return absl::OkStatus();
 }
@@ -289,9 +296,11 @@ absl::Status Cache::Commit(const v1::CommitRequest& req,
   if (t == nullptr) return absl::InternalError("session without a pool");
   absl::StatusOr<CommitResult> r =
       t->Commit(req.lease_id(), req.blocks(), req.release(), session.owner,
-                /*report_inserted=*/options_.tiers != nullptr);
+                /*report_inserted=*/tiers_ != nullptr);
   if (!r.ok()) return LeaseError(r.status(), caller);
-  if (!r->inserted_keys.empty()) ForgetTierCopies(session, r->inserted_keys);
+  if (tiers_ != nullptr) {
+    tiers_->AfterCommit(t, session.binding.ns, r->inserted_keys);
+  }
   resp->Clear();
   resp->set_inserted(r->inserted);
   resp->set_deduplicated(r->deduplicated);
@@ -345,8 +354,8 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp,
   if (known) {
     ASSIGN_OR_RETURN(r, t->Match(ns.id, p.keys, p.tokens));
   }
-  if (options_.tiers != nullptr) {
-    TierMatched(root, spec.page_size, p, r.matched_blocks, resp);
+  if (tiers_ != nullptr) {
+    tiers_->AfterMatch(root, spec.page_size, p, r.matched_blocks, resp);
   }
   resp->set_total_blocks(r.total_blocks);
   resp->set_matched_blocks(r.matched_blocks);

@@ -59,12 +59,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/access_policy.h"
-#include "daemon/tier_chain.h"
 #include "daemon/event_log.h"
 #include "daemon/fence_tracker.h"
 #include "daemon/namespace_registry.h"
 #include "daemon/request_validation.h"
 #include "daemon/session_table.h"
+#include "daemon/tiers/tier_chain.h"
+#include "daemon/tiers/tier_coordinator.h"
 #include "gpu/pool.h"
 #include "radix/radix_tree.h"
 #include "radixkv/v1/radixkv.pb.h"
@@ -219,35 +220,15 @@ class Cache {
   absl::Status CheckAcknowledged(
       absl::string_view field,
       const google::protobuf::RepeatedPtrField<std::string>& ids) const;
-  // With tiers (cache_tier.cc): copies the blocks an Acquire evicted out
-  // of their pages into the top tier, then fills the lease's first new
-  // pages from the tiers' blocks that continue the match and commits them, so
-  // the lease comes back as if they had been cached. Runs after the tree's
-  // Acquire and before the answer: the evicted pages are the lease's new
-  // pages, which nobody writes until the answer arrives.
-  void MoveBetweenTiers(const SessionRef& session, AcquireResult* r);
-  // After a Commit inserted `keys`: drops the tiers' older copies of them.
-  void ForgetTierCopies(const SessionRef& session,
-                        absl::Span<const BlockKey> keys);
-  // Publishes tier moves to the tree's listeners (KV events), a removal
-  // that names no root taking `root` (the session's namespace root).
-  void PublishTierMoves(absl::Span<const TierMove> moves,
-                        const BlockKey& root);
-  // Sets Match's tier_matched_blocks and tier_matched: the blocks of the
-  // prompt (after the first `matched`) the tiers hold, consecutively.
-  void TierMatched(const BlockKey& root, uint32_t page_size, const Prompt& p,
-                   uint32_t matched, v1::MatchResponse* resp) const;
-  void FillTierStats(v1::Stats* s) const;
 
   const CacheOptions options_;
   const absl::Time started_;
   EventLog events_;
+  // The moves between the pool and options_.tiers; null without tiers.
+  const std::unique_ptr<TierCoordinator> tiers_;
   NamespaceRegistry registry_;
   SessionTable sessions_;
   std::atomic<uint64_t> lease_abandoned_{0};
-  // The tokens promotions from the tiers served (counted as hits in
-  // Stats.hit_tokens; cache_tier.cc).
-  std::atomic<uint64_t> promoted_tokens_{0};
   std::atomic<uint64_t> permission_denied_{0};
   FenceTracker fences_;
 

@@ -110,7 +110,7 @@ void Cache::GetStats(v1::Stats* s) const {
       ts->set_weight(limits.weight);
     }
   }
-  FillTierStats(s);
+  if (tiers_ != nullptr) tiers_->FillStats(s);
   s->set_sessions(sessions_.size());
   s->set_lease_abandoned(lease_abandoned_total());
   s->set_permission_denied(permission_denied_.load(std::memory_order_relaxed));
@@ -371,20 +371,18 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
       out->set_other_namespace_id(other_roots[other[i]].ToCanonical());
     }
     TierBlock in_tier;
-    const uint8_t medium =
-        state != v1::BLOCK_STATE_CACHED && options_.tiers != nullptr
-            ? options_.tiers->Locate(b.key, &in_tier)
-            : 0;
-    if (medium != 0) state = v1::BLOCK_STATE_IN_TIER;
+    const TierKindInfo* tier =
+        state != v1::BLOCK_STATE_CACHED && tiers_ != nullptr
+            ? TierKindInfoOfMedium(tiers_->chain().Locate(b.key, &in_tier))
+            : nullptr;
+    if (tier != nullptr) state = v1::BLOCK_STATE_IN_TIER;
     out->set_state(state);
     out->set_reason(Reason(state));
-    if (medium != 0) {
-      const bool host = medium == kMediumHostTier;
-      out->set_tier(host ? "host" : "disk");
-      out->set_reason(host ? "in the host tier below the pool (an Acquire "
-                             "promotes it)"
-                           : "in the disk tier below the pool (an Acquire "
-                             "promotes it)");
+    if (tier != nullptr) {
+      out->set_tier(tier->name);
+      out->set_reason(absl::StrCat("in the ", tier->name,
+                                   " tier below the pool (an Acquire "
+                                   "promotes it)"));
     }
     if (state == v1::BLOCK_STATE_CACHED) {
       out->set_page(b.page);

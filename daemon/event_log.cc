@@ -29,7 +29,6 @@ void EventLog::OnTreeEvents(absl::Span<const TreeEvent> events) {
   const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   absl::MutexLock lock(&mu_);
   for (const TreeEvent& e : events) {
-    if (e.medium != 0) continue;  // WatchEvents reports the pool only
     Entry entry{e, now};
     const size_t slot = (next_seq_ - 1) % capacity_;
     if (slot < ring_.size()) {
@@ -38,6 +37,14 @@ void EventLog::OnTreeEvents(absl::Span<const TreeEvent> events) {
       ring_.push_back(entry);
     }
     ++next_seq_;
+  }
+}
+
+void EventLog::OnTierMoves(absl::Span<const TierMove> moves,
+                           const BlockKey& root) {
+  if (moves.empty()) return;
+  if (TierEventListener* f = tier_forward_.load(std::memory_order_acquire)) {
+    f->OnTierMoves(moves, root);
   }
 }
 

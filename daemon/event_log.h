@@ -30,12 +30,13 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "daemon/tiers/tier.h"
 #include "radix/radix_tree.h"
 #include "radixkv/v1/radixkv.pb.h"
 
 namespace radixkv::daemon {
 
-class EventLog final : public EventListener {
+class EventLog final : public EventListener, public TierEventListener {
  public:
   // A consumer woken when new events (or shutdown) arrive.
   class Watcher {
@@ -56,10 +57,13 @@ class EventLog final : public EventListener {
   EventLog& operator=(const EventLog&) = delete;
 
   // EventListener: appends, never blocks on anything but mu_. Hands the
-  // same events to the forward listener first, if one is set. Events of
-  // another medium than the pool (TreeEvent::medium, the tier's moves) are
-  // only forwarded.
+  // same events to the forward listener first, if one is set.
   void OnTreeEvents(absl::Span<const TreeEvent> events) override;
+
+  // TierEventListener: hands the moves to the tier forward listener, if
+  // one is set; WatchEvents reports the pool only, so none is kept.
+  void OnTierMoves(absl::Span<const TierMove> moves,
+                   const BlockKey& root) override;
 
   // Also hands every batch of tree events to `next` (not owned; null: none),
   // on the tree's thread with the tree's mutex held, under EventListener's
@@ -67,6 +71,11 @@ class EventLog final : public EventListener {
   // every event; `next` must outlive the tree.
   void SetForward(EventListener* next) {
     forward_.store(next, std::memory_order_release);
+  }
+  // Also hands every batch of tier moves to `next` (not owned; null:
+  // none), under TierEventListener's rules; set and kept like SetForward.
+  void SetTierForward(TierEventListener* next) {
+    tier_forward_.store(next, std::memory_order_release);
   }
 
   // The sequence number the next event will get (1 before any event).
@@ -97,6 +106,7 @@ class EventLog final : public EventListener {
 
   const size_t capacity_;
   std::atomic<EventListener*> forward_{nullptr};
+  std::atomic<TierEventListener*> tier_forward_{nullptr};
 
   mutable absl::Mutex mu_;
   // mu_ protects the following.

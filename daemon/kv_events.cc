@@ -238,8 +238,38 @@ void KvEventPublisher::OnTreeEvents(absl::Span<const TreeEvent> events) {
     }
     r.ns = e.ns;
     r.root = e.root;
-    r.medium = e.medium;
     r.key = e.key;
+    pending_.push_back(r);
+  }
+  if (parked_) wake_.Signal();
+}
+
+void KvEventPublisher::OnTierMoves(absl::Span<const TierMove> moves,
+                                   const BlockKey& root) {
+  const size_t bytes = moves.size() * sizeof(KvRecord);
+  absl::MutexLock lock(&mu_);
+  if (stop_) return;
+  if (pending_lost_ || pending_bytes_ + bytes > options_.queue_bytes) {
+    pending_lost_ = true;
+    dropped_blocks_ += moves.size();
+    return;
+  }
+  pending_bytes_ += bytes;
+  for (const TierMove& m : moves) {
+    KvRecord r;
+    r.ns = m.ns;
+    r.root = m.block.root == BlockKey{} ? root : m.block.root;
+    r.key = m.block.key;
+    r.medium = m.medium;
+    if (m.stored) {
+      r.kind = KvRecord::Kind::kStored;
+      r.parent_key = m.block.parent_key;
+      // Only "first block or not" matters.
+      r.depth = m.block.parent_key == r.root ? 0 : 1;
+      r.block_size = m.block.block_size;
+    } else {
+      r.kind = KvRecord::Kind::kRemoved;
+    }
     pending_.push_back(r);
   }
   if (parked_) wake_.Signal();

@@ -95,7 +95,8 @@ struct KvEventsStats {
   uint64_t bad_replay_requests = 0;
 };
 
-class KvEventPublisher final : public EventListener {
+class KvEventPublisher final : public EventListener,
+                               public TierEventListener {
  public:
   // A namespace root's LoRA name ("" for none). Called on the publisher
   // thread, once per namespace, with no lock of the publisher held.
@@ -115,6 +116,10 @@ class KvEventPublisher final : public EventListener {
 
   // EventListener: copies and returns (see the file comment).
   void OnTreeEvents(absl::Span<const TreeEvent> events) override;
+  // TierEventListener: the tiers' moves, as the same records with their
+  // tier's medium (a removal that names no root takes `root`).
+  void OnTierMoves(absl::Span<const TierMove> moves,
+                   const BlockKey& root) override;
 
   // Publishes what is pending, stops both threads and closes the sockets.
   // Events arriving later are ignored. Idempotent.

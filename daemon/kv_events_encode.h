@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "daemon/tiers/tier.h"
 #include "radix/radix_tree.h"
 
 namespace radixkv::daemon {
@@ -56,20 +57,21 @@ struct KvRecord {
   uint64_t token_offset = 0;  // kStored: into the batch's token array
   uint32_t token_count = 0;   // kStored: block_size, or 0 (key mode)
   BlockKey root;              // kStored, kRemoved: the namespace's root
-  uint8_t medium = 0;         // TreeEvent::medium: 0 the pool, 1 host tier, 2 disk tier
+  uint8_t medium = 0;         // 0 the pool, else a tier's (daemon/tiers/tier.h)
 };
 
 struct KvEncodeOptions {
   KvHashForm hash = KvHashForm::kInt64;
   KvEventEncoding encoding = KvEventEncoding::kMap;
   std::string medium = "CPU";
-  // The media of blocks in the tiers below the pool: the host tier's
-  // (KvRecord::medium 1) and the disk tier's (2).
-  std::string host_tier_medium = "CPU";
-  std::string disk_tier_medium = "DISK";
-  // The medium name for KvRecord::medium `m`.
-  const std::string& MediumName(uint8_t m) const {
-    return m == 0 ? medium : m == 1 ? host_tier_medium : disk_tier_medium;
+  // The pool is host memory: tiers of host memory below it take the
+  // medium names kTierKinds keeps for that case.
+  bool pool_is_host = false;
+  // The medium name for KvRecord::medium `m` (kTierKinds for a tier's).
+  absl::string_view MediumName(uint8_t m) const {
+    const TierKindInfo* t = TierKindInfoOfMedium(m);
+    if (t == nullptr) return medium;
+    return pool_is_host ? t->event_medium_under_host_pool : t->event_medium;
   }
   int64_t data_parallel_rank = 0;
 };

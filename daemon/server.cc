@@ -15,7 +15,7 @@
 #include "daemon/admin_service.h"
 #include "daemon/kv_service.h"
 #include "daemon/log.h"
-#include "daemon/tier_spec.h"
+#include "daemon/tiers/open_tiers.h"
 #include "daemon/unix_listener.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -223,48 +223,6 @@ absl::StatusOr<gpu::PoolSpec> CheckOptions(const ServerOptions& options) {
   return pool;
 }
 
-// Opens the tiers below `pool` (--tier). Their slots are sized at start,
-// so the pool's page size must be the operator's (--pool ... page_bytes=).
-absl::StatusOr<std::shared_ptr<TierChain>> OpenTiers(
-    const std::string& spec, const gpu::PoolSpec& pool) {
-  ASSIGN_OR_RETURN(std::vector<TierSpec> specs, ParseTierSpecs(spec));
-  if (pool.backend == gpu::Backend::kNone) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tier=", spec, ": a none pool has no page bytes to move; use "
-        "--pool=host,... or --pool=cuda,..."));
-  }
-  if (pool.page_bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tier=", spec, ": needs the pool's page size at start: add "
-        "page_bytes=SIZE to --pool (the size of one page of your model's "
-        "namespace, radixkvctl size)"));
-  }
-  std::unique_ptr<HostTier> host;
-  std::unique_ptr<DiskTier> disk;
-  for (const TierSpec& t : specs) {
-    if (t.kind == TierSpec::Kind::kHost) {
-      ASSIGN_OR_RETURN(host, HostTier::Open(pool.backend, pool.device, t.bytes,
-                                            pool.page_bytes));
-      Log(LogLevel::kInfo,
-          absl::StrCat("tier host: ", host->capacity_blocks(), " blocks of ",
-                       pool.page_bytes, " bytes, ",
-                       host->stats().pinned ? "pinned" : "not pinned"));
-      continue;
-    }
-    ASSIGN_OR_RETURN(disk,
-                     DiskTier::Open({.path = t.path,
-                                     .bytes = t.bytes,
-                                     .page_bytes = pool.page_bytes,
-                                     .io_threads = t.io_threads,
-                                     .wait_for_staging = t.wait_for_staging}));
-    Log(LogLevel::kInfo,
-        absl::StrCat("tier disk: ", t.path, ", ", disk->capacity_blocks(),
-                     " blocks of ", pool.page_bytes, " bytes, ",
-                     disk->stats().reloaded, " reloaded"));
-  }
-  return std::make_shared<TierChain>(std::move(host), std::move(disk));
-}
-
 }  // namespace
 
 Server::Server(const ServerOptions& options) : options_(options) {}
@@ -313,8 +271,7 @@ absl::Status Server::Init() {
     kopts.encode.medium = pool.backend == gpu::Backend::kCuda ? "GPU" : "CPU";
     // A host tier below a host pool is host memory too, but not the
     // pool's: it gets a medium of its own.
-    kopts.encode.host_tier_medium =
-        pool.backend == gpu::Backend::kCuda ? "CPU" : "CPU_TIER";
+    kopts.encode.pool_is_host = pool.backend != gpu::Backend::kCuda;
     const Cache* cache = cache_.get();
     auto lora = [cache](const BlockKey& root) -> std::string {
       v1::ListNamespacesResponse resp;
@@ -326,6 +283,7 @@ absl::Status Server::Init() {
     };
     ASSIGN_OR_RETURN(kv_events_, KvEventPublisher::Start(kopts, lora));
     cache_->events().SetForward(kv_events_.get());
+    cache_->events().SetTierForward(kv_events_.get());
   }
 
   metrics_ = std::make_unique<Metrics>(cache_.get());

@@ -58,7 +58,7 @@ struct ServerOptions {
   // --pool: "host,bytes=1GiB" | "cuda,device=0,bytes=60GiB" | "none,pages=N".
   std::string pool = "host,bytes=1GiB";
   // --tier: "host,bytes=SIZE", "disk,path=DIR,bytes=SIZE[,...]" or both,
-  // separated by ';' (tier_spec.h); empty: no tier.
+  // separated by ';' (tiers/tier_spec.h); empty: no tier.
   std::string tier;
   // Serve the attach socket beside socket_path (host/cuda pools).
   bool attach = true;

@@ -114,11 +114,6 @@ struct TreeEvent {
   // kCleared: cached blocks left after the Clear (pinned, or stored while
   // it ran); 0 when the tree is empty.
   uint64_t remaining = 0;
-  // Where the block is: 0, this tree's pages (every event the tree
-  // reports). Other values are never set by the tree: a caller that keeps
-  // blocks elsewhere (radixkvd's tier below the pool) reports its own
-  // moves to the same listeners with them.
-  uint8_t medium = 0;
 };
 
 // Receives tree events. Called with the tree's mutex held, in tree order: an
@@ -242,10 +237,11 @@ struct AcquireRequest {
   // INVALID_ARGUMENT (kEndLeaseRepeated) naming it as end_leases[i], with
   // i as RefusalDetail::index, and nothing changes.
   absl::Span<const LeaseId> end_leases;
-  // Fill AcquireResult::evicted and new_keys (for a tier below the pool).
+  // Fill AcquireResult::evicted and new_keys (for a caller that keeps
+  // evicted blocks' bytes elsewhere).
   bool report_evictions = false;
-  // The caller copies bytes into or out of the new pages before it answers
-  // (a tier below the pool): until ReleaseHold(lease), a new page that the
+  // The caller copies bytes into or out of the new pages before it
+  // answers: until ReleaseHold(lease), a new page that the
   // lease's end would free (Release, expiry, its owner's end) stays
   // WRITING, owned by no lease, so that no other writer is handed it while
   // the copy runs.

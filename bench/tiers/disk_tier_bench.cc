@@ -22,8 +22,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "daemon/disk_tier.h"
-#include "daemon/disk_tier_io.h"
+#include "daemon/tiers/disk_tier.h"
+#include "daemon/tiers/disk_tier_io.h"
 
 ABSL_FLAG(std::string, dir, "", "directory for the tier file (required)");
 ABSL_FLAG(uint64_t, page_bytes, 256 << 10, "bytes per block");

@@ -3,6 +3,7 @@
 // leases; limits and expiry. The gRPC layer has a thin smoke test of its
 // own (server_ops_test.cc).
 #include "daemon/cache.h"
+#include "daemon/tiers/disk_tier.h"
 
 #include <stdlib.h>
 
@@ -562,7 +563,9 @@ TEST_F(CacheTest, PagesOfALeaseEndedDuringItsTierCopiesWaitForThem) {
       daemon::DiskTier::Open(d);
   ASSERT_TRUE(disk.ok()) << disk.status();
   daemon::DiskTier* tier = disk->get();
-  auto chain = std::make_shared<daemon::TierChain>(nullptr, *std::move(disk));
+  std::vector<std::unique_ptr<daemon::Tier>> tiers;
+  tiers.push_back(*std::move(disk));
+  auto chain = std::make_shared<daemon::TierChain>(std::move(tiers));
   Start([&](CacheOptions& o) {
     o.pool = gpu::ParsePoolSpec("host,bytes=1024,page_bytes=128").value();
     o.tiers = chain;

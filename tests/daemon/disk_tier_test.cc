@@ -1,8 +1,8 @@
-// DiskTier (daemon/disk_tier.h): round trips, LRU reuse, pending blocks,
+// DiskTier (daemon/tiers/disk_tier.h): round trips, LRU reuse, pending blocks,
 // reload after a restart, corruption and torn writes, bad options, and
 // write errors at run time. Files live in fresh directories under $TMPDIR
 // (or /tmp).
-#include "daemon/disk_tier.h"
+#include "daemon/tiers/disk_tier.h"
 
 #include <fcntl.h>
 #include <sys/mount.h>
@@ -24,7 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/disk_tier_io.h"
+#include "daemon/tiers/disk_tier_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

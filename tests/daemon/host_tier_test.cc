@@ -1,8 +1,9 @@
-// HostTier (daemon/host_tier.h) and TierChain (daemon/tier_chain.h) over a
-// real host pool: slot states, LRU reuse with victims handed back, claims,
-// replacement of a key, and the chain's moves between pool, host memory
-// and a disk tier file, byte for byte.
-#include "daemon/host_tier.h"
+// HostTier (daemon/tiers/host_tier.h) and TierChain
+// (daemon/tiers/tier_chain.h) over a real host pool: slot states, LRU
+// reuse with victims handed back, claims, replacement of a key, and the
+// chain's moves between pool, host memory and a disk tier file, byte for
+// byte.
+#include "daemon/tiers/host_tier.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -14,13 +15,22 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/tier_chain.h"
+#include "daemon/tiers/disk_tier.h"
+#include "daemon/tiers/tier_chain.h"
 #include "gmock/gmock.h"
 #include "gpu/pool.h"
 #include "gtest/gtest.h"
 
 namespace radixkv::daemon {
 namespace {
+
+// The non-null tiers, top first, for a TierChain.
+template <typename... T>
+std::vector<std::unique_ptr<Tier>> Tiers(std::unique_ptr<T>... t) {
+  std::vector<std::unique_ptr<Tier>> out;
+  (..., (t != nullptr ? out.push_back(std::move(t)) : void()));
+  return out;
+}
 
 using ::testing::HasSubstr;
 
@@ -73,7 +83,7 @@ TEST(HostTier, ReservedBlocksAreInvisibleUntilPublished) {
   EXPECT_EQ(t->CountPresent({Key(1)}), 0u);
   TierBlock out;
   EXPECT_FALSE(t->Lookup(Key(1), &out));
-  EXPECT_EQ(t->stats().filling, 2u);
+  EXPECT_EQ(t->stats().pending, 2u);
   Fill(t.get(), res, 0x11);
   EXPECT_EQ(t->CountPresent({Key(1), Key(2), Key(3)}), 2u);
   ASSERT_TRUE(t->Lookup(Key(2), &out));
@@ -81,7 +91,7 @@ TEST(HostTier, ReservedBlocksAreInvisibleUntilPublished) {
   EXPECT_EQ(out.block_size, 16u);
   const HostTierStats s = t->stats();
   EXPECT_EQ(s.used, 2u);
-  EXPECT_EQ(s.filling, 0u);
+  EXPECT_EQ(s.pending, 0u);
   EXPECT_EQ(s.demotions, 2u);
   EXPECT_FALSE(s.pinned);
 }
@@ -248,7 +258,7 @@ class TierChainTest : public ::testing::Test {
       ASSERT_TRUE(opened.ok()) << opened.status();
       k = *std::move(opened);
     }
-    chain_ = std::make_unique<TierChain>(std::move(h), std::move(k));
+    chain_ = std::make_unique<TierChain>(Tiers(std::move(h), std::move(k)));
     ASSERT_TRUE(chain_->AttachPool(pool_.get()).ok());
   }
 
@@ -264,7 +274,7 @@ class TierChainTest : public ::testing::Test {
 TEST_F(TierChainTest, AttachRefusesAPoolOfAnotherPageSize) {
   auto t = HostTier::Open(gpu::Backend::kHost, -1, 4 * 8192, 8192);
   ASSERT_TRUE(t.ok());
-  TierChain chain(*std::move(t), nullptr);
+  TierChain chain(Tiers(*std::move(t)));
   absl::Status s = chain.AttachPool(pool_.get());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("pages of 8192 bytes"));
@@ -308,7 +318,7 @@ TEST_F(TierChainTest, BlocksGoDownThroughHostMemoryToDiskAndComeBackIntact) {
 
   // The prefix 0..5 spans both tiers; all of it comes back, into other
   // pages, with the right bytes, and leaves the tiers.
-  std::array<size_t, 3> by{};
+  std::array<size_t, kMediumCount> by{};
   const std::vector<BlockKey> keys = {Key(0), Key(1), Key(2), Key(3), Key(4),
                                       Key(5), Key(6)};
   EXPECT_EQ(chain_->CountPresent(keys, &by), 6u);
@@ -325,9 +335,65 @@ TEST_F(TierChainTest, BlocksGoDownThroughHostMemoryToDiskAndComeBackIntact) {
   }
   EXPECT_EQ(moves.size(), 6u);
   EXPECT_EQ(chain_->CountPresent(keys), 0u);
-  EXPECT_EQ(chain_->host()->stats().promotions, 2u);
-  EXPECT_EQ(chain_->disk()->stats().promotions, 4u);
+  EXPECT_EQ(chain_->Find(TierKind::kHost)->stats().promotions, 2u);
+  EXPECT_EQ(chain_->Find(TierKind::kDisk)->stats().promotions, 4u);
   EXPECT_EQ(chain_->copy_errors(), 0u);
+}
+
+// The chain knows no tier kind: with three tiers, what tier i does not
+// keep goes to tier i + 1, and promotion takes each run of blocks from the
+// tier that holds it.
+TEST_F(TierChainTest, OverflowFromEachTierGoesToTheNextOne) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(MustOpen(2));
+  tiers.push_back(MustOpen(2));
+  auto disk = DiskTier::Open({.path = dir_,
+                              .bytes = 4096 + 4096 + 8 * kPageBytes,
+                              .page_bytes = kPageBytes,
+                              .wait_for_staging = true});
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  tiers.push_back(*std::move(disk));
+  chain_ = std::make_unique<TierChain>(std::move(tiers));
+  ASSERT_TRUE(chain_->AttachPool(pool_.get()).ok());
+  // Six evictions, oldest first: the newest two stay in the first tier,
+  // the two before them in the second, the oldest two reach the third.
+  std::vector<EvictedPage> evicted;
+  for (uint64_t i = 0; i < 6; ++i) {
+    FillPage(i, static_cast<unsigned char>(0x20 + i));
+    evicted.push_back({.block = Block(i), .page = i, .ns = 1});
+  }
+  std::vector<TierMove> moves;
+  chain_->Demote(evicted, &moves);
+  EXPECT_EQ(moves.size(), 6u);
+  EXPECT_EQ(chain_->tier(0).CountPresent({Key(4), Key(5)}), 2u);
+  EXPECT_EQ(chain_->tier(1).CountPresent({Key(2), Key(3)}), 2u);
+  EXPECT_EQ(chain_->tier(2).CountPresent({Key(0), Key(1)}), 2u);
+
+  // A seventh block pushes the first tier's oldest (4) into the second,
+  // whose oldest (2) goes on to the third.
+  FillPage(6, 0x26);
+  moves.clear();
+  chain_->Demote({{.block = Block(6), .page = 6}}, &moves);
+  EXPECT_EQ(chain_->tier(0).CountPresent({Key(5), Key(6)}), 2u);
+  EXPECT_EQ(chain_->tier(1).CountPresent({Key(3), Key(4)}), 2u);
+  EXPECT_EQ(chain_->tier(2).CountPresent({Key(0), Key(1), Key(2)}), 3u);
+
+  const std::vector<BlockKey> keys = {Key(0), Key(1), Key(2), Key(3),
+                                      Key(4), Key(5), Key(6)};
+  const std::vector<uint64_t> pages = {8, 9, 10, 11, 12, 13, 14};
+  for (uint64_t p : pages) FillPage(p, 0);
+  moves.clear();
+  ASSERT_EQ(chain_->Promote(keys, pages, &moves), 7u);
+  for (uint64_t i = 0; i < 7; ++i) {
+    EXPECT_TRUE(Holds(pool_->host_page_address(8 + i),
+                      static_cast<unsigned char>(0x20 + i)))
+        << "block " << i;
+  }
+  EXPECT_EQ(moves.size(), 7u);
+  EXPECT_EQ(chain_->CountPresent(keys), 0u);
+  EXPECT_EQ(chain_->tier(0).stats().promotions, 2u);
+  EXPECT_EQ(chain_->tier(1).stats().promotions, 2u);
+  EXPECT_EQ(chain_->tier(2).stats().promotions, 3u);
 }
 
 TEST_F(TierChainTest, AHostTierAloneDropsWhatItCannotHold) {
@@ -342,7 +408,7 @@ TEST_F(TierChainTest, AHostTierAloneDropsWhatItCannotHold) {
   TierBlock where;
   EXPECT_EQ(chain_->Locate(Key(0), &where), 0);  // the oldest is dropped
   EXPECT_EQ(chain_->Locate(Key(2), &where), kMediumHostTier);
-  EXPECT_EQ(chain_->host()->stats().dropped_full, 1u);
+  EXPECT_EQ(chain_->Find(TierKind::kHost)->stats().dropped_full, 1u);
   // A further eviction forgets the host tier's oldest block.
   FillPage(3, 4);
   moves.clear();
@@ -361,7 +427,7 @@ TEST_F(TierChainTest, ABadPageIsACopyErrorAndDropsOnlyThatBatch) {
   EXPECT_TRUE(moves.empty());
   TierBlock where;
   EXPECT_EQ(chain_->Locate(Key(1), &where), 0);
-  EXPECT_EQ(chain_->host()->stats().dropped_error, 1u);
+  EXPECT_EQ(chain_->Find(TierKind::kHost)->stats().dropped_error, 1u);
   FillPage(2, 7);
   chain_->Demote({{.block = Block(2), .page = 2}}, &moves);
   EXPECT_EQ(chain_->Locate(Key(2), &where), kMediumHostTier);
@@ -407,9 +473,9 @@ void RunConcurrentMoves(TierChain* chain, gpu::PagePool* pool, bool disk) {
   EXPECT_EQ(chain->copy_errors(), 0u);
   if (disk) {
     EXPECT_GT(promoted.load(), 600);  // most of the 1,200 blocks came back
-    EXPECT_GT(chain->disk()->stats().promotions, 0u);
+    EXPECT_GT(chain->Find(TierKind::kDisk)->stats().promotions, 0u);
   } else {
-    EXPECT_GT(chain->host()->stats().promotions, 0u);
+    EXPECT_GT(chain->Find(TierKind::kHost)->stats().promotions, 0u);
   }
 }
 

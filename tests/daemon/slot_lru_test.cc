@@ -1,7 +1,7 @@
-// Tests of SlotLru and SlotFreeList (daemon/slot_lru.h): the order slots
+// Tests of SlotLru and SlotFreeList (daemon/tiers/slot_lru.h): the order slots
 // come out in, unlinking from the front, middle and back, the links left
 // on each slot, and a long random sequence against a plain list.
-#include "daemon/slot_lru.h"
+#include "daemon/tiers/slot_lru.h"
 
 #include <cstdint>
 #include <list>
@@ -13,7 +13,7 @@
 namespace radixkv::daemon {
 namespace {
 
-using disk_tier::kNoSlot;
+constexpr uint32_t kNoSlot = kNoTierSlot;
 
 // The fields SlotLru and SlotFreeList link through, and nothing else.
 struct Slot {

@@ -1,4 +1,4 @@
-// TierChain (daemon/tier_chain.h) under a cuda pool (ctest label `gpu`):
+// TierChain (daemon/tiers/tier_chain.h) under a cuda pool (ctest label `gpu`):
 // device pages demoted to pinned host memory (HostTier on the pool's
 // device) and, through pinned bounce buffers, to a disk tier file, then
 // promoted into other device pages, every byte checked with cudaMemcpy
@@ -19,15 +19,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "daemon/disk_tier.h"
-#include "daemon/host_tier.h"
-#include "daemon/tier_chain.h"
+#include "daemon/tiers/disk_tier.h"
+#include "daemon/tiers/host_tier.h"
+#include "daemon/tiers/tier_chain.h"
 #include "gpu/mapped_pool.h"
 #include "gpu/pool.h"
 #include "gtest/gtest.h"
 
 namespace radixkv::daemon {
 namespace {
+
+// The non-null tiers, top first, for a TierChain.
+template <typename... T>
+std::vector<std::unique_ptr<Tier>> Tiers(std::unique_ptr<T>... t) {
+  std::vector<std::unique_ptr<Tier>> out;
+  (..., (t != nullptr ? out.push_back(std::move(t)) : void()));
+  return out;
+}
 
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = kKiB * kKiB;
@@ -131,7 +139,7 @@ class CudaTierChainTest : public ::testing::TestWithParam<uint64_t> {
       k = *std::move(opened);
       ASSERT_EQ(k->capacity_blocks(), disk);
     }
-    chain_ = std::make_unique<TierChain>(std::move(h), std::move(k));
+    chain_ = std::make_unique<TierChain>(Tiers(std::move(h), std::move(k)));
     absl::Status s = chain_->AttachPool(pool_.get());
     ASSERT_TRUE(s.ok()) << s;
   }
@@ -229,7 +237,7 @@ TEST_P(CudaTierChainTest, BlocksGoDownThroughPinnedMemoryToDiskAndBackIntact) {
     keys.push_back(Key(i));
     pages.push_back(32 + i);
   }
-  std::array<size_t, 3> by{};
+  std::array<size_t, kMediumCount> by{};
   EXPECT_EQ(chain_->CountPresent(keys, &by), 28u);
   EXPECT_EQ(by[kMediumDiskTier], 24u);
   EXPECT_EQ(by[kMediumHostTier], 4u);
@@ -242,16 +250,16 @@ TEST_P(CudaTierChainTest, BlocksGoDownThroughPinnedMemoryToDiskAndBackIntact) {
   for (uint64_t p = 0; p < 28; ++p) EXPECT_EQ(Mismatch(p, 1), "");
   EXPECT_EQ(moves.size(), 28u);
   EXPECT_EQ(chain_->CountPresent(keys), 0u);
-  EXPECT_EQ(chain_->host()->stats().promotions, 4u);
-  EXPECT_EQ(chain_->host()->stats().used, 0u);
-  EXPECT_EQ(chain_->disk()->stats().promotions, 24u);
-  EXPECT_EQ(chain_->disk()->stats().checksum_failures, 0u);
+  EXPECT_EQ(chain_->Find(TierKind::kHost)->stats().promotions, 4u);
+  EXPECT_EQ(chain_->Find(TierKind::kHost)->stats().used, 0u);
+  EXPECT_EQ(chain_->Find(TierKind::kDisk)->stats().promotions, 24u);
+  EXPECT_EQ(chain_->Find(TierKind::kDisk)->stats().checksum_failures, 0u);
   EXPECT_EQ(chain_->copy_errors(), 0u);
 }
 
 TEST_P(CudaTierChainTest, ADiskTierAloneMovesPagesThroughBounceBuffers) {
   ASSERT_NO_FATAL_FAILURE(MakeChain(/*host=*/0, /*disk=*/24));
-  ASSERT_EQ(chain_->host(), nullptr);
+  ASSERT_EQ(chain_->Find(TierKind::kHost), nullptr);
   std::vector<TierMove> moves = DemoteRun(/*first_page=*/4, /*first_key=*/0, 20);
   ASSERT_EQ(moves.size(), 20u);
   for (const TierMove& m : moves) {
@@ -271,8 +279,8 @@ TEST_P(CudaTierChainTest, ADiskTierAloneMovesPagesThroughBounceBuffers) {
   for (uint64_t i = 0; i < 20; ++i) {
     EXPECT_EQ(Mismatch(30 + i, 100 + i), "") << "block " << i;
   }
-  EXPECT_EQ(chain_->disk()->stats().promotions, 20u);
-  EXPECT_EQ(chain_->disk()->stats().used, 0u);
+  EXPECT_EQ(chain_->Find(TierKind::kDisk)->stats().promotions, 20u);
+  EXPECT_EQ(chain_->Find(TierKind::kDisk)->stats().used, 0u);
   EXPECT_EQ(chain_->copy_errors(), 0u);
 }
 
@@ -283,7 +291,7 @@ TEST_P(CudaTierChainTest, AHostTierAloneKeepsTheNewestBlocksInPinnedMemory) {
   EXPECT_EQ(chain_->Locate(Key(0), &where), 0);  // the oldest two are dropped
   EXPECT_EQ(chain_->Locate(Key(1), &where), 0);
   EXPECT_EQ(chain_->Locate(Key(2), &where), kMediumHostTier);
-  EXPECT_EQ(chain_->host()->stats().dropped_full, 2u);
+  EXPECT_EQ(chain_->Find(TierKind::kHost)->stats().dropped_full, 2u);
   Scribble(0, 10);
   // Promoted in two calls, into scattered pages across chunks.
   const std::vector<uint64_t> pages = {63, 20, 41, 5, 6, 7, 50, 33};
@@ -299,7 +307,7 @@ TEST_P(CudaTierChainTest, AHostTierAloneKeepsTheNewestBlocksInPinnedMemory) {
   for (size_t i = 0; i < keys.size(); ++i) {
     EXPECT_EQ(Mismatch(pages[i], 102 + i), "") << "block " << 2 + i;
   }
-  const HostTierStats s = chain_->host()->stats();
+  const TierStats s = chain_->Find(TierKind::kHost)->stats();
   EXPECT_EQ(s.promotions, 8u);
   EXPECT_EQ(s.bytes_read, 8 * page_bytes_);
   EXPECT_EQ(s.used, 0u);
@@ -315,8 +323,8 @@ TEST_P(CudaTierChainTest, ABadPageIsACopyErrorAndStoresNothing) {
   EXPECT_TRUE(moves.empty());
   TierBlock where;
   EXPECT_EQ(chain_->Locate(Key(1), &where), 0);
-  EXPECT_EQ(chain_->host()->stats().dropped_error, 1u);
-  EXPECT_EQ(chain_->host()->stats().used, 0u);
+  EXPECT_EQ(chain_->Find(TierKind::kHost)->stats().dropped_error, 1u);
+  EXPECT_EQ(chain_->Find(TierKind::kHost)->stats().used, 0u);
   // The chain goes on: a good page is demoted, a promotion into a bad page
   // fails and leaves the block in the tier, a good one then succeeds.
   moves = DemoteRun(/*first_page=*/2, /*first_key=*/2, 1);
@@ -340,8 +348,8 @@ TEST_P(CudaTierChainTest, ABadPageUnderADiskTierAloneStoresNothing) {
   EXPECT_TRUE(moves.empty());
   TierBlock where;
   EXPECT_EQ(chain_->Locate(Key(1), &where), 0);
-  EXPECT_EQ(chain_->disk()->stats().demotions, 0u);
-  EXPECT_EQ(chain_->disk()->stats().used, 0u);
+  EXPECT_EQ(chain_->Find(TierKind::kDisk)->stats().demotions, 0u);
+  EXPECT_EQ(chain_->Find(TierKind::kDisk)->stats().used, 0u);
 }
 
 TEST_P(CudaTierChainTest, ConcurrentDemotionsAndPromotionsServeOnlyRightBytes) {
@@ -391,9 +399,9 @@ TEST_P(CudaTierChainTest, ConcurrentDemotionsAndPromotionsServeOnlyRightBytes) {
   EXPECT_EQ(bad.load(), 0) << first_error[0] << first_error[1];
   EXPECT_GT(promoted.load(), kRounds * 6 / 2);  // most blocks came back
   EXPECT_EQ(chain_->copy_errors(), 0u);
-  EXPECT_GT(chain_->disk()->stats().promotions, 0u);
-  EXPECT_GT(chain_->host()->stats().promotions, 0u);
-  EXPECT_EQ(chain_->disk()->stats().checksum_failures, 0u);
+  EXPECT_GT(chain_->Find(TierKind::kDisk)->stats().promotions, 0u);
+  EXPECT_GT(chain_->Find(TierKind::kHost)->stats().promotions, 0u);
+  EXPECT_EQ(chain_->Find(TierKind::kDisk)->stats().checksum_failures, 0u);
 }
 
 }  // namespace

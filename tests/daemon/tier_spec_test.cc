@@ -1,7 +1,7 @@
-// Tests of the --tier parser (daemon/tier_spec.h): every accepted form with
-// its defaults, and a table of refused specs, each INVALID_ARGUMENT naming
-// --tier, the bad part and the expected form.
-#include "daemon/tier_spec.h"
+// Tests of the --tier parser (daemon/tiers/tier_spec.h): every accepted
+// form with its defaults, and a table of refused specs, each
+// INVALID_ARGUMENT naming --tier, the bad part and the expected form.
+#include "daemon/tiers/tier_spec.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-// File: daemon/slot_lru.h
+// File: daemon/tiers/slot_lru.h
 //
 // SlotLru: the least-recently-used order of a tier's slots, kept in a
 // vector and linked through each slot's own `prev` and `next` fields
@@ -8,7 +8,7 @@
 //
 //   SlotLru<Slot> lru;
 //   lru.PushNewest(slots, 7);
-//   uint32_t victim = lru.oldest();  // disk_tier::kNoSlot when empty
+//   uint32_t victim = lru.oldest();  // kNoTierSlot when empty
 //   lru.Unlink(slots, victim);
 //
 // A slot is in the list or not; Unlink of a slot not in it is undefined
@@ -17,14 +17,14 @@
 // back to it). PushNewest of a slot already in the list is undefined too.
 //
 // Thread safety: none; the owner's mutex guards the list and the slots.
-#ifndef RADIXKV_DAEMON_SLOT_LRU_H_
-#define RADIXKV_DAEMON_SLOT_LRU_H_
+#ifndef RADIXKV_DAEMON_TIERS_SLOT_LRU_H_
+#define RADIXKV_DAEMON_TIERS_SLOT_LRU_H_
 
 #include <cassert>
 #include <cstdint>
 #include <vector>
 
-#include "daemon/disk_tier_io.h"
+#include "daemon/tiers/tier.h"
 
 namespace radixkv::daemon {
 
@@ -38,8 +38,8 @@ class SlotLru {
     assert(slot < slots.size() && slot != head_ && slot != tail_);
     Slot& s = slots[slot];
     s.prev = tail_;
-    s.next = disk_tier::kNoSlot;
-    if (tail_ != disk_tier::kNoSlot) {
+    s.next = kNoTierSlot;
+    if (tail_ != kNoTierSlot) {
       slots[tail_].next = slot;
     } else {
       head_ = slot;
@@ -50,40 +50,40 @@ class SlotLru {
   void Unlink(std::vector<Slot>& slots, uint32_t slot) {
     assert(slot < slots.size());
     Slot& s = slots[slot];
-    assert((s.prev == disk_tier::kNoSlot) == (head_ == slot));
-    assert((s.next == disk_tier::kNoSlot) == (tail_ == slot));
-    assert(s.prev == disk_tier::kNoSlot || slots[s.prev].next == slot);
-    assert(s.next == disk_tier::kNoSlot || slots[s.next].prev == slot);
-    if (s.prev != disk_tier::kNoSlot) {
+    assert((s.prev == kNoTierSlot) == (head_ == slot));
+    assert((s.next == kNoTierSlot) == (tail_ == slot));
+    assert(s.prev == kNoTierSlot || slots[s.prev].next == slot);
+    assert(s.next == kNoTierSlot || slots[s.next].prev == slot);
+    if (s.prev != kNoTierSlot) {
       slots[s.prev].next = s.next;
     } else {
       head_ = s.next;
     }
-    if (s.next != disk_tier::kNoSlot) {
+    if (s.next != kNoTierSlot) {
       slots[s.next].prev = s.prev;
     } else {
       tail_ = s.prev;
     }
-    s.prev = s.next = disk_tier::kNoSlot;
+    s.prev = s.next = kNoTierSlot;
   }
 
  private:
-  uint32_t head_ = disk_tier::kNoSlot;  // oldest
-  uint32_t tail_ = disk_tier::kNoSlot;  // newest
+  uint32_t head_ = kNoTierSlot;  // oldest
+  uint32_t tail_ = kNoTierSlot;  // newest
 };
 
 template <typename Slot>
 class SlotFreeList {
  public:
-  bool empty() const { return head_ == disk_tier::kNoSlot; }
+  bool empty() const { return head_ == kNoTierSlot; }
   // Forgets every slot (the caller pushes the free ones again).
-  void Clear() { head_ = disk_tier::kNoSlot; }
+  void Clear() { head_ = kNoTierSlot; }
 
   // The slot popped next is the one pushed last.
   void Push(std::vector<Slot>& slots, uint32_t slot) {
     assert(slot < slots.size() && slot != head_);
     Slot& s = slots[slot];
-    s.prev = disk_tier::kNoSlot;
+    s.prev = kNoTierSlot;
     s.next = head_;
     head_ = slot;
   }
@@ -91,17 +91,17 @@ class SlotFreeList {
   // A free slot, unlinked; kNoSlot when none is.
   uint32_t Pop(std::vector<Slot>& slots) {
     const uint32_t slot = head_;
-    if (slot != disk_tier::kNoSlot) {
+    if (slot != kNoTierSlot) {
       head_ = slots[slot].next;
-      slots[slot].next = disk_tier::kNoSlot;
+      slots[slot].next = kNoTierSlot;
     }
     return slot;
   }
 
  private:
-  uint32_t head_ = disk_tier::kNoSlot;
+  uint32_t head_ = kNoTierSlot;
 };
 
 }  // namespace radixkv::daemon
 
-#endif  // RADIXKV_DAEMON_SLOT_LRU_H_
+#endif  // RADIXKV_DAEMON_TIERS_SLOT_LRU_H_

@@ -1,4 +1,4 @@
-#include "daemon/tier_spec.h"
+#include "daemon/tiers/tier_spec.h"
 
 #include <cassert>
 #include <utility>
@@ -25,13 +25,11 @@ absl::StatusOr<TierSpec> ParseOne(absl::string_view spec,
                                   absl::string_view one) {
   const std::vector<absl::string_view> parts = absl::StrSplit(one, ',');
   TierSpec out;
-  if (parts[0] == "host") {
-    out.kind = TierSpec::Kind::kHost;
-  } else if (parts[0] != "disk") {
+  if (!ParseTierKind(parts[0], &out.kind)) {
     return Bad(spec, absl::StrCat("unknown tier kind '", parts[0], "'"));
   }
   const bool disk = out.kind == TierSpec::Kind::kDisk;
-  const absl::string_view kind = disk ? "disk" : "host";
+  const absl::string_view kind = TierKindInfoOf(out.kind).name;
   bool have_bytes = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::pair<absl::string_view, absl::string_view> kv =

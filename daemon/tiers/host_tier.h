@@ -1,4 +1,4 @@
-// File: daemon/host_tier.h
+// File: daemon/tiers/host_tier.h
 //
 // HostTier: the tier of host memory below the page pool (--tier=host). Its
 // memory is one allocation from the pool's PageCopier (pinned for a cuda
@@ -21,8 +21,8 @@
 //
 // Thread safety: every method is thread-safe; one mutex guards the index
 // and no copy happens under it.
-#ifndef RADIXKV_DAEMON_HOST_TIER_H_
-#define RADIXKV_DAEMON_HOST_TIER_H_
+#ifndef RADIXKV_DAEMON_TIERS_HOST_TIER_H_
+#define RADIXKV_DAEMON_TIERS_HOST_TIER_H_
 
 #include <cstdint>
 #include <memory>
@@ -32,30 +32,20 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "daemon/disk_tier.h"
-#include "daemon/slot_lru.h"
+#include "daemon/tiers/page_mover.h"
+#include "daemon/tiers/slot_lru.h"
+#include "daemon/tiers/tier.h"
 #include "gpu/page_copier.h"
 #include "radix/block_key.h"
 #include "radix/mutex.h"
 
 namespace radixkv::daemon {
 
-struct HostTierStats {
-  uint64_t slots = 0;         // capacity in blocks
-  uint64_t used = 0;          // stored blocks (reading ones included)
-  uint64_t filling = 0;       // reserved, copy not published yet
-  uint64_t demotions = 0;     // blocks published
-  uint64_t promotions = 0;    // blocks consumed by Finish
-  uint64_t dropped_full = 0;  // blocks Reserve found no slot for
-  uint64_t dropped_error = 0;  // reservations published as failed
-  uint64_t evictions = 0;     // stored blocks whose slot Reserve reused
-  uint64_t bytes_written = 0;  // bytes published
-  uint64_t bytes_read = 0;     // bytes consumed
-  uint64_t superseded = 0;     // stored blocks Forget dropped
-  bool pinned = false;         // the memory is page-locked for the device
-};
+// pending: reserved slots whose copy is not published yet; direct_io,
+// misses, checksums, reloads and I/O errors stay 0.
+using HostTierStats = TierStats;
 
-class HostTier {
+class HostTier final : public Tier {
  public:
   // A reserved slot. `victim` is set when the slot held a stored block:
   // its bytes are at `dst` until Publish.
@@ -80,6 +70,17 @@ class HostTier {
   HostTier(const HostTier&) = delete;
   HostTier& operator=(const HostTier&) = delete;
 
+  // Tier. Put keeps the newest blocks that fit, reusing the least recently
+  // stored blocks' slots; those, and blocks it cannot hold, go below
+  // (oldest first, so the tiers keep one least-recently-demoted order),
+  // victims before their slots are overwritten. A failed copy drops its
+  // batch. Take claims, copies into the pool and consumes.
+  TierKind kind() const override { return TierKind::kHost; }
+  void Put(absl::Span<const TierPut> blocks, PageMover& mover, TierSink& below,
+           std::vector<TierMove>* moves) override;
+  size_t Take(absl::Span<const BlockKey> keys, absl::Span<const uint64_t> pages,
+              PageMover& mover, std::vector<TierMove>* moves) override;
+
   // Reserves slots for blocks[0..n): free slots first, then the least
   // recently stored blocks' (victims, unindexed at once). Stops when no
   // slot can be reused (every slot filling or reading); returns n, with
@@ -94,9 +95,9 @@ class HostTier {
   void CountDropped(size_t n);
 
   // How many of keys[0..] are stored, consecutively from the first.
-  size_t CountPresent(absl::Span<const BlockKey> keys) const;
+  size_t CountPresent(absl::Span<const BlockKey> keys) const override;
   // The block stored under `key`, if any.
-  bool Lookup(const BlockKey& key, TierBlock* out) const;
+  bool Lookup(const BlockKey& key, TierBlock* out) const override;
 
   // Claims the stored blocks keys[0..n), consecutively from the first, for
   // reading: their slots go to *slots and their addresses to *src. Returns n.
@@ -111,18 +112,18 @@ class HostTier {
   // being read is left to its reader (it leaves with the read). Returns how
   // many were dropped.
   size_t Forget(absl::Span<const BlockKey> keys,
-                std::vector<TierBlock>* dropped);
+                std::vector<TierBlock>* dropped) override;
 
-  HostTierStats stats() const;
-  uint64_t capacity_blocks() const { return slot_count_; }
-  uint64_t page_bytes() const { return page_bytes_; }
+  HostTierStats stats() const override;
+  uint64_t capacity_blocks() const override { return slot_count_; }
+  uint64_t page_bytes() const override { return page_bytes_; }
 
  private:
   enum class SlotState : uint8_t { kFree, kFilling, kStored, kReading };
   struct Slot {
     TierBlock block;
-    uint32_t prev = disk_tier::kNoSlot;  // LRU links (kStored only)
-    uint32_t next = disk_tier::kNoSlot;  // LRU, or the free list (kFree)
+    uint32_t prev = kNoTierSlot;  // LRU links (kStored only)
+    uint32_t next = kNoTierSlot;  // LRU, or the free list (kFree)
     SlotState state = SlotState::kFree;
     bool live = false;  // indexed under block.key
   };
@@ -150,4 +151,4 @@ class HostTier {
 
 }  // namespace radixkv::daemon
 
-#endif  // RADIXKV_DAEMON_HOST_TIER_H_
+#endif  // RADIXKV_DAEMON_TIERS_HOST_TIER_H_

@@ -1,4 +1,4 @@
-// File: daemon/disk_tier.h
+// File: daemon/tiers/disk_tier.h
 //
 // DiskTier: the tier below the page pool. Blocks the pool evicts (their
 // page bytes and identity) are written to one preallocated file on local
@@ -24,8 +24,8 @@
 //
 // Thread safety: every method is thread-safe. The I/O runs on io_threads
 // threads that the tier owns; reads (Take) go before queued writes.
-#ifndef RADIXKV_DAEMON_DISK_TIER_H_
-#define RADIXKV_DAEMON_DISK_TIER_H_
+#ifndef RADIXKV_DAEMON_TIERS_DISK_TIER_H_
+#define RADIXKV_DAEMON_TIERS_DISK_TIER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -42,8 +42,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "daemon/disk_tier_io.h"
-#include "daemon/slot_lru.h"
+#include "daemon/tiers/disk_tier_io.h"
+#include "daemon/tiers/page_mover.h"
+#include "daemon/tiers/slot_lru.h"
+#include "daemon/tiers/tier.h"
 #include "radix/block_key.h"
 
 namespace radixkv::daemon {
@@ -66,37 +68,10 @@ struct DiskTierOptions {
   bool wait_for_staging = false;
 };
 
-struct TierBlock {  // a block's identity, stored with its bytes
-  BlockKey key;         // its chained key (unique across namespaces)
-  BlockKey parent_key;  // the parent's key (the namespace root for a first block)
-  BlockKey root;        // the namespace root
-  uint32_t depth = 0;   // block index in its prompt
-  // Tokens per block, for events; the tier file does not keep it (0 for a
-  // block reloaded at start).
-  uint32_t block_size = 0;
-};
+// pending: blocks staged, write not finished; pinned stays false.
+using DiskTierStats = TierStats;
 
-struct DiskTierStats {
-  uint64_t slots = 0;              // capacity in blocks
-  uint64_t used = 0;               // blocks present (pending included)
-  uint64_t pending = 0;            // blocks staged, write not finished
-  uint64_t demotions = 0;          // Puts accepted
-  uint64_t dropped_full = 0;       // Puts refused: staging or slots full
-  uint64_t dropped_error = 0;      // blocks lost to write errors, Puts refused after one
-  uint64_t promotions = 0;         // blocks Take returned
-  uint64_t misses = 0;             // Takes that stopped at an absent key
-  uint64_t checksum_failures = 0;  // blocks whose header or data failed at Take
-  uint64_t bytes_written = 0;      // data bytes written (slot strides)
-  uint64_t bytes_read = 0;         // data bytes read by Take (slot strides)
-  uint64_t reloaded = 0;           // blocks found in the file at Open
-  uint64_t evictions = 0;          // stored blocks whose slot Put reused (LRU)
-  uint64_t write_errors = 0;       // failed data or header writes
-  uint64_t read_errors = 0;        // failed reads at Take (block dropped)
-  uint64_t superseded = 0;         // blocks Forget dropped
-  bool direct_io = false;          // data I/O uses O_DIRECT
-};
-
-class DiskTier {
+class DiskTier final : public Tier {
  public:
   // Opens (creating if absent) path/radixkv-tier.dat sized for bytes/slot,
   // and reloads every slot whose header is valid and whose page_bytes
@@ -109,9 +84,21 @@ class DiskTier {
   static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& o);
 
   // Flush()es, then stops the I/O threads. REQUIRES: no call in progress.
-  ~DiskTier();
+  ~DiskTier() override;
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
+
+  // Tier. Put writes each block (Put below) from host memory: a host
+  // pool's page directly, a device page through the mover's staging
+  // buffers; a block it refuses goes below. Its own LRU victims are not
+  // passed down (their bytes are on disk only). Take reads into the pool's
+  // pages the same ways; blocks dropped for a failed check leave as
+  // departures.
+  TierKind kind() const override { return TierKind::kDisk; }
+  void Put(absl::Span<const TierPut> blocks, PageMover& mover, TierSink& below,
+           std::vector<TierMove>* moves) override;
+  size_t Take(absl::Span<const BlockKey> keys, absl::Span<const uint64_t> pages,
+              PageMover& mover, std::vector<TierMove>* moves) override;
 
   // Copies `page` (page_bytes) into a staging buffer and queues its write;
   // never waits for I/O, except with wait_for_staging (write-through, see
@@ -129,7 +116,7 @@ class DiskTier {
 
   // How many of keys[0..] are present, consecutively from the first
   // (pending writes count as present).
-  size_t CountPresent(absl::Span<const BlockKey> keys) const;
+  size_t CountPresent(absl::Span<const BlockKey> keys) const override;
 
   // Reads blocks keys[0..n) into dst[i] (page_bytes each), n =
   // min(keys.size(), dst.size()), with parallel reads, verifying each
@@ -148,18 +135,18 @@ class DiskTier {
   // blocks to *dropped; a block being read leaves with the read. Returns how
   // many were dropped.
   size_t Forget(absl::Span<const BlockKey> keys,
-                std::vector<TierBlock>* dropped);
+                std::vector<TierBlock>* dropped) override;
 
   // Metadata of a present block (for events, Explain), if present.
-  bool Lookup(const BlockKey& key, TierBlock* out) const;
+  bool Lookup(const BlockKey& key, TierBlock* out) const override;
 
   // Waits until every pending write is on disk (data, then its header),
   // then fdatasync()s the file. For SIGTERM. REQUIRES: writes not paused.
-  void Flush();
+  void Flush() override;
 
-  DiskTierStats stats() const;
-  uint64_t capacity_blocks() const { return layout_.slots; }
-  uint64_t page_bytes() const { return layout_.page_bytes; }
+  DiskTierStats stats() const override;
+  uint64_t capacity_blocks() const override { return layout_.slots; }
+  uint64_t page_bytes() const override { return layout_.page_bytes; }
   const std::string& file_path() const { return file_path_; }
   const disk_tier::Layout& layout() const { return layout_; }
 
@@ -171,8 +158,8 @@ class DiskTier {
   struct Slot {
     TierBlock block;
     uint64_t sequence = 0;  // of the slot's latest write
-    uint32_t prev = disk_tier::kNoSlot;  // LRU links (kStored only)
-    uint32_t next = disk_tier::kNoSlot;  // LRU, or the free list (kFree)
+    uint32_t prev = kNoTierSlot;  // LRU links (kStored only)
+    uint32_t next = kNoTierSlot;  // LRU, or the free list (kFree)
     SlotState state = SlotState::kFree;
     bool live = false;  // indexed under block.key
   };
@@ -235,6 +222,8 @@ class DiskTier {
   ReadResult RunRead(const ReadJob& job, char* bounce);
   void FinishWrite(const WriteJob& job, int err);
   void Enqueue(WriteJob job);
+  void PutOne(const TierPut& b, const void* bytes, TierSink& below,
+              std::vector<TierMove>* moves);
 
   const DiskTierOptions options_;
   const disk_tier::Layout layout_;
@@ -268,4 +257,4 @@ class DiskTier {
 
 }  // namespace radixkv::daemon
 
-#endif  // RADIXKV_DAEMON_DISK_TIER_H_
+#endif  // RADIXKV_DAEMON_TIERS_DISK_TIER_H_

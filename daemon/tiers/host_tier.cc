@@ -1,12 +1,15 @@
-#include "daemon/host_tier.h"
+#include "daemon/tiers/host_tier.h"
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace radixkv::daemon {
 
-using disk_tier::kNoSlot;
+namespace {
+constexpr uint32_t kNoSlot = kNoTierSlot;
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Open(gpu::Backend backend,
                                                          int device,
@@ -98,7 +101,7 @@ size_t HostTier::Reserve(absl::Span<const TierBlock> blocks,
     s.next = s.prev = kNoSlot;
     r.slot = slot;
     r.dst = address(slot);
-    ++stats_.filling;
+    ++stats_.pending;
     out->push_back(r);
   }
   return n;
@@ -108,7 +111,7 @@ void HostTier::Publish(absl::Span<const Reservation> reservations, bool ok) {
   WriterMutexLock l(&mu_);
   for (const Reservation& r : reservations) {
     Slot& s = slots_[r.slot];
-    --stats_.filling;
+    --stats_.pending;
     if (!ok) {
       ++stats_.dropped_error;
       FreeSlot(r.slot);
@@ -211,6 +214,78 @@ size_t HostTier::Forget(absl::Span<const BlockKey> keys,
     ++n;
   }
   stats_.superseded += n;
+  return n;
+}
+
+// ---- Tier ------------------------------------------------------------------
+
+void HostTier::Put(absl::Span<const TierPut> blocks, PageMover& mover,
+                   TierSink& below, std::vector<TierMove>* moves) {
+  if (blocks.empty()) return;
+  const size_t skip = blocks.size() > slot_count_
+                          ? blocks.size() - static_cast<size_t>(slot_count_)
+                          : 0;
+  const absl::Span<const TierPut> head = blocks.first(skip);
+  const absl::Span<const TierPut> tail = blocks.subspan(skip);
+  std::vector<TierBlock> wanted;
+  wanted.reserve(tail.size());
+  for (const TierPut& b : tail) wanted.push_back(b.block);
+  std::vector<Reservation> res;
+  const size_t n = Reserve(wanted, &res);
+  // A victim's bytes leave its slot before the new block's bytes land.
+  for (const Reservation& r : res) {
+    if (!r.has_victim) continue;
+    moves->push_back({.stored = false, .medium = medium(), .block = r.victim});
+    if (!below.empty()) {
+      const TierPut victim{.block = r.victim, .bytes = r.dst};
+      below.Put({&victim, 1}, moves);
+    }
+  }
+  // Blocks it cannot hold (more than it has, or no slot free of copies in
+  // flight) go straight below.
+  if (!below.empty()) {
+    std::vector<TierPut> straight(head.begin(), head.end());
+    straight.insert(straight.end(), tail.begin() + n, tail.end());
+    if (!straight.empty()) below.Put(straight, moves);
+  } else {
+    CountDropped(head.size());  // Reserve counted the rest
+  }
+  std::vector<uint64_t> pages;
+  std::vector<void*> dst;
+  for (size_t i = 0; i < n; ++i) {
+    if (tail[i].bytes != nullptr) {
+      std::memcpy(res[i].dst, tail[i].bytes, page_bytes_);
+    } else {
+      pages.push_back(tail[i].page);
+      dst.push_back(res[i].dst);
+    }
+  }
+  const absl::Status s =
+      pages.empty() ? absl::OkStatus() : mover.CopyOut(pages, dst);
+  Publish(res, s.ok());
+  if (!s.ok()) return;
+  for (size_t i = 0; i < n; ++i) {
+    moves->push_back({.stored = true,
+                      .medium = medium(),
+                      .block = tail[i].block,
+                      .ns = tail[i].ns});
+  }
+}
+
+size_t HostTier::Take(absl::Span<const BlockKey> keys,
+                      absl::Span<const uint64_t> pages, PageMover& mover,
+                      std::vector<TierMove>* moves) {
+  std::vector<uint32_t> slots;
+  std::vector<const void*> src;
+  const size_t n = Claim(keys, &slots, &src);
+  if (n == 0) return 0;
+  const absl::Status s = mover.CopyIn(src, pages.first(n));
+  Finish(slots, s.ok());
+  if (!s.ok()) return 0;
+  for (size_t i = 0; i < n; ++i) {
+    moves->push_back(
+        {.stored = false, .medium = medium(), .block = {.key = keys[i]}});
+  }
   return n;
 }
 

@@ -1,5 +1,5 @@
-// File: daemon/disk_tier.cc
-#include "daemon/disk_tier.h"
+// File: daemon/tiers/disk_tier.cc
+#include "daemon/tiers/disk_tier.h"
 
 #include <unistd.h>
 
@@ -575,6 +575,104 @@ DiskTier::ReadResult DiskTier::RunRead(const ReadJob& job, char* bounce) {
   }
   if (target != job.dst) std::memcpy(job.dst, target, layout_.page_bytes);
   return ReadResult::kOk;
+}
+
+// ---- Tier ------------------------------------------------------------------
+
+// One block into the file; refused ones go below.
+void DiskTier::PutOne(const TierPut& b, const void* bytes, TierSink& below,
+                      std::vector<TierMove>* moves) {
+  std::vector<TierBlock> forgotten;
+  if (!Put(b.block, bytes, &forgotten)) {
+    if (!below.empty()) {
+      const TierPut refused{.block = b.block, .ns = b.ns, .bytes = bytes};
+      below.Put({&refused, 1}, moves);
+    }
+    return;
+  }
+  for (const TierBlock& f : forgotten) {
+    moves->push_back({.stored = false, .medium = medium(), .block = f});
+  }
+  moves->push_back(
+      {.stored = true, .medium = medium(), .block = b.block, .ns = b.ns});
+}
+
+void DiskTier::Put(absl::Span<const TierPut> blocks, PageMover& mover,
+                   TierSink& below, std::vector<TierMove>* moves) {
+  // Host bytes (a host pool's page, a block from the tier above) are
+  // written as they are; device pages go through staging, in batches.
+  std::vector<const TierPut*> staged;
+  for (const TierPut& b : blocks) {
+    const void* bytes =
+        b.bytes != nullptr ? b.bytes : mover.host_address(b.page);
+    if (bytes != nullptr) {
+      PutOne(b, bytes, below, moves);
+    } else {
+      staged.push_back(&b);
+    }
+  }
+  if (staged.empty()) return;
+  std::unique_ptr<gpu::HostMemory> staging = mover.TakeStaging();
+  if (staging == nullptr) return;
+  const uint64_t pb = layout_.page_bytes;
+  for (size_t at = 0; at < staged.size(); at += PageMover::kStagingBlocks) {
+    const size_t n = std::min(PageMover::kStagingBlocks, staged.size() - at);
+    std::vector<uint64_t> pages(n);
+    std::vector<void*> dst(n);
+    for (size_t i = 0; i < n; ++i) {
+      pages[i] = staged[at + i]->page;
+      dst[i] = staging->data() + i * pb;
+    }
+    if (!mover.CopyOut(pages, dst).ok()) break;
+    for (size_t i = 0; i < n; ++i) PutOne(*staged[at + i], dst[i], below, moves);
+  }
+  mover.ReturnStaging(std::move(staging));
+}
+
+size_t DiskTier::Take(absl::Span<const BlockKey> keys,
+                      absl::Span<const uint64_t> pages, PageMover& mover,
+                      std::vector<TierMove>* moves) {
+  size_t got = 0;
+  // Blocks that failed their checksum (or read) left the tier.
+  std::vector<BlockKey> dropped;
+  if (mover.host_address(0) != nullptr) {
+    std::vector<void*> dst(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      dst[i] = mover.host_address(pages[i]);
+    }
+    got = Take(keys, dst, &dropped);
+  } else {
+    std::unique_ptr<gpu::HostMemory> staging = mover.TakeStaging();
+    if (staging == nullptr) return 0;
+    const uint64_t pb = layout_.page_bytes;
+    while (got < keys.size()) {
+      const size_t want =
+          std::min(PageMover::kStagingBlocks, keys.size() - got);
+      std::vector<void*> dst(want);
+      for (size_t i = 0; i < want; ++i) dst[i] = staging->data() + i * pb;
+      const size_t n = Take(keys.subspan(got, want), dst, &dropped);
+      if (n == 0) break;
+      // A failed copy loses the blocks: they left the tier with Take.
+      if (!mover
+               .CopyIn(absl::MakeConstSpan(
+                           reinterpret_cast<const void* const*>(dst.data()), n),
+                       pages.subspan(got, n))
+               .ok()) {
+        break;
+      }
+      got += n;
+      if (n < want) break;
+    }
+    mover.ReturnStaging(std::move(staging));
+  }
+  for (size_t i = 0; i < got; ++i) {
+    moves->push_back(
+        {.stored = false, .medium = medium(), .block = {.key = keys[i]}});
+  }
+  for (const BlockKey& k : dropped) {
+    moves->push_back({.stored = false, .medium = medium(), .block = {.key = k}});
+  }
+  return got;
 }
 
 // ---- Flush and tests ---------------------------------------------------------

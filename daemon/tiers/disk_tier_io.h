@@ -1,4 +1,4 @@
-// File: daemon/disk_tier_io.h
+// File: daemon/tiers/disk_tier_io.h
 //
 // The disk tier's file format and its low-level I/O (docs/TIERS.md, "Disk
 // tier file format and I/O"). DiskTier (disk_tier.h) owns the index and the
@@ -17,8 +17,8 @@
 //
 // Thread safety: pure functions, and I/O helpers that are safe from any
 // thread on any fd.
-#ifndef RADIXKV_DAEMON_DISK_TIER_IO_H_
-#define RADIXKV_DAEMON_DISK_TIER_IO_H_
+#ifndef RADIXKV_DAEMON_TIERS_DISK_TIER_IO_H_
+#define RADIXKV_DAEMON_TIERS_DISK_TIER_IO_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +27,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "daemon/tiers/tier.h"
 #include "radix/block_key.h"
 
 namespace radixkv::daemon::disk_tier {
@@ -37,7 +38,7 @@ inline constexpr size_t kSlotHeaderBytes = 128;
 inline constexpr uint32_t kFormatVersion = 1;
 inline constexpr char kFileName[] = "radixkv-tier.dat";
 // Slot numbers are stored in 32 bits in memory; kNoSlot is never a slot.
-inline constexpr uint32_t kNoSlot = 0xffffffffu;
+inline constexpr uint32_t kNoSlot = kNoTierSlot;
 
 // Where everything lives in a file made for (bytes, page_bytes).
 struct Layout {
@@ -83,8 +84,10 @@ void EncodeSlotHeader(const SlotHeader& h, char out[kSlotHeaderBytes]);
 // header is invalid).
 bool DecodeSlotHeader(const char in[kSlotHeaderBytes], SlotHeader* out);
 
-// XXH3-64 of a block's data, as stored in its header.
-uint64_t DataChecksum(const void* data, size_t n);
+// XXH3-64 of a block's data, as stored in its header (BlockChecksum).
+inline uint64_t DataChecksum(const void* data, size_t n) {
+  return BlockChecksum(data, n);
+}
 
 // A kAlign-aligned heap buffer (for O_DIRECT); freed on destruction.
 struct AlignedFree {
@@ -130,4 +133,4 @@ int ScanSlotHeaders(int meta_fd, const Layout& layout,
 
 }  // namespace radixkv::daemon::disk_tier
 
-#endif  // RADIXKV_DAEMON_DISK_TIER_IO_H_
+#endif  // RADIXKV_DAEMON_TIERS_DISK_TIER_IO_H_

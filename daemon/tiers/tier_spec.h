@@ -1,4 +1,4 @@
-// File: daemon/tier_spec.h
+// File: daemon/tiers/tier_spec.h
 //
 // --tier: the tiers below the page pool that evicted blocks move to
 // (docs/TIERS.md), top to bottom, separated by ';':
@@ -16,8 +16,8 @@
 // written them (no tree lock held), so none is lost to a slow disk.
 //
 // Thread safety: pure functions.
-#ifndef RADIXKV_DAEMON_TIER_SPEC_H_
-#define RADIXKV_DAEMON_TIER_SPEC_H_
+#ifndef RADIXKV_DAEMON_TIERS_TIER_SPEC_H_
+#define RADIXKV_DAEMON_TIERS_TIER_SPEC_H_
 
 #include <cstdint>
 #include <string>
@@ -25,11 +25,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/tiers/tier.h"
 
 namespace radixkv::daemon {
 
 struct TierSpec {
-  enum class Kind { kHost, kDisk };
+  using Kind = TierKind;
   Kind kind = Kind::kDisk;
   uint64_t bytes = 0;   // the tier's budget, > 0
   std::string path;     // disk: an existing, writable directory
@@ -43,4 +44,4 @@ absl::StatusOr<std::vector<TierSpec>> ParseTierSpecs(absl::string_view spec);
 
 }  // namespace radixkv::daemon
 
-#endif  // RADIXKV_DAEMON_TIER_SPEC_H_
+#endif  // RADIXKV_DAEMON_TIERS_TIER_SPEC_H_

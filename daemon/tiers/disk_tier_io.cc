@@ -1,5 +1,5 @@
-// File: daemon/disk_tier_io.cc
-#include "daemon/disk_tier_io.h"
+// File: daemon/tiers/disk_tier_io.cc
+#include "daemon/tiers/disk_tier_io.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -228,10 +228,6 @@ bool DecodeSlotHeader(const char in[kSlotHeaderBytes], SlotHeader* out) {
   out->sequence = Get64(in + 80);
   out->slot = Get64(in + 88);
   return true;
-}
-
-uint64_t DataChecksum(const void* data, size_t n) {
-  return XXH3_64bits(data, n);
 }
 
 void AlignedFree::operator()(char* p) const { std::free(p); }

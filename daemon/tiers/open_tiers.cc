@@ -1,0 +1,69 @@
+#include "daemon/tiers/open_tiers.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/log.h"
+#include "daemon/tiers/disk_tier.h"
+#include "daemon/tiers/host_tier.h"
+#include "radix/status_macros.h"
+
+namespace radixkv::daemon {
+
+absl::StatusOr<std::unique_ptr<Tier>> OpenTier(const TierSpec& t,
+                                               const gpu::PoolSpec& pool) {
+  switch (t.kind) {
+    case TierKind::kHost: {
+      ASSIGN_OR_RETURN(std::unique_ptr<HostTier> host,
+                       HostTier::Open(pool.backend, pool.device, t.bytes,
+                                      pool.page_bytes));
+      Log(LogLevel::kInfo,
+          absl::StrCat("tier host: ", host->capacity_blocks(), " blocks of ",
+                       pool.page_bytes, " bytes, ",
+                       host->stats().pinned ? "pinned" : "not pinned"));
+      return host;
+    }
+    case TierKind::kDisk: {
+      ASSIGN_OR_RETURN(
+          std::unique_ptr<DiskTier> disk,
+          DiskTier::Open({.path = t.path,
+                          .bytes = t.bytes,
+                          .page_bytes = pool.page_bytes,
+                          .io_threads = t.io_threads,
+                          .wait_for_staging = t.wait_for_staging}));
+      Log(LogLevel::kInfo,
+          absl::StrCat("tier disk: ", t.path, ", ", disk->capacity_blocks(),
+                       " blocks of ", pool.page_bytes, " bytes, ",
+                       disk->stats().reloaded, " reloaded"));
+      return disk;
+    }
+  }
+  return absl::InvalidArgumentError("--tier: unknown tier kind");
+}
+
+// The tiers' slots are sized at start, so the pool's page size must be the
+// operator's (--pool ... page_bytes=).
+absl::StatusOr<std::shared_ptr<TierChain>> OpenTiers(
+    const std::string& spec, const gpu::PoolSpec& pool) {
+  ASSIGN_OR_RETURN(std::vector<TierSpec> specs, ParseTierSpecs(spec));
+  if (pool.backend == gpu::Backend::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=", spec, ": a none pool has no page bytes to move; use "
+        "--pool=host,... or --pool=cuda,..."));
+  }
+  if (pool.page_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=", spec, ": needs the pool's page size at start: add "
+        "page_bytes=SIZE to --pool (the size of one page of your model's "
+        "namespace, radixkvctl size)"));
+  }
+  std::vector<std::unique_ptr<Tier>> tiers;
+  for (const TierSpec& t : specs) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Tier> tier, OpenTier(t, pool));
+    tiers.push_back(std::move(tier));
+  }
+  return std::make_shared<TierChain>(std::move(tiers));
+}
+
+}  // namespace radixkv::daemon

@@ -1,0 +1,153 @@
+#include "daemon/tiers/tier_chain.h"
+
+#include <cassert>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace radixkv::daemon {
+
+void TierLatency::Add(absl::Duration d) {
+  const double s = absl::ToDoubleSeconds(d);
+  size_t i = 0;
+  while (i < kBounds.size() && s > kBounds[i]) ++i;
+  counts_[i].fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<uint64_t>(absl::ToInt64Nanoseconds(d)),
+                    std::memory_order_relaxed);
+}
+
+std::array<uint64_t, TierLatency::kBounds.size() + 1> TierLatency::counts()
+    const {
+  std::array<uint64_t, kBounds.size() + 1> out;
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = counts_[i].load(std::memory_order_relaxed);
+  }
+  return out;
+}
+
+double TierLatency::sum_seconds() const {
+  return static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) * 1e-9;
+}
+
+// The tiers below tier `from - 1`: tier `from` first, then on down.
+class TierChain::Below final : public TierSink {
+ public:
+  Below(const TierChain& chain, size_t from) : chain_(chain), from_(from) {}
+  bool empty() const override { return from_ >= chain_.tiers_.size(); }
+  void Put(absl::Span<const TierPut> blocks,
+           std::vector<TierMove>* moves) override {
+    if (empty() || blocks.empty()) return;
+    Below next(chain_, from_ + 1);
+    chain_.tiers_[from_]->Put(blocks, *chain_.mover_, next, moves);
+  }
+
+ private:
+  const TierChain& chain_;
+  const size_t from_;
+};
+
+TierChain::TierChain(std::vector<std::unique_ptr<Tier>> tiers)
+    : tiers_(std::move(tiers)),
+      latency_(std::make_unique<TierLatency[]>(tiers_.size())) {
+  assert(!tiers_.empty());
+}
+
+TierChain::~TierChain() = default;
+
+absl::Status TierChain::AttachPool(const gpu::PagePool* pool) {
+  const uint64_t want = tiers_.front()->page_bytes();
+  if (pool->page_bytes() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier: the tiers hold pages of ", want, " bytes, the pool's are ",
+        pool->page_bytes()));
+  }
+  absl::StatusOr<std::unique_ptr<PageMover>> mover = PageMover::Create(pool);
+  if (!mover.ok()) {
+    return absl::Status(mover.status().code(),
+                        absl::StrCat("--tier: ", mover.status().message()));
+  }
+  mover_ = *std::move(mover);
+  return absl::OkStatus();
+}
+
+void TierChain::Demote(absl::Span<const EvictedPage> evicted,
+                       std::vector<TierMove>* moves) {
+  if (evicted.empty()) return;
+  std::vector<TierPut> blocks;
+  blocks.reserve(evicted.size());
+  for (const EvictedPage& e : evicted) {
+    blocks.push_back({.block = e.block, .ns = e.ns, .page = e.page});
+  }
+  Below(*this, 0).Put(blocks, moves);
+}
+
+size_t TierChain::Promote(absl::Span<const BlockKey> keys,
+                          absl::Span<const uint64_t> pages,
+                          std::vector<TierMove>* moves) {
+  size_t done = 0;
+  while (done < keys.size()) {
+    size_t n = 0;
+    for (size_t i = 0; i < tiers_.size() && n == 0; ++i) {
+      const absl::Time start = absl::Now();
+      n = tiers_[i]->Take(keys.subspan(done), pages.subspan(done), *mover_,
+                          moves);
+      if (n != 0) latency_[i].Add(absl::Now() - start);
+    }
+    if (n == 0) break;
+    done += n;
+  }
+  return done;
+}
+
+size_t TierChain::Forget(absl::Span<const BlockKey> keys,
+                         std::vector<TierMove>* moves) {
+  std::vector<TierBlock> dropped;
+  size_t n = 0;
+  for (const std::unique_ptr<Tier>& t : tiers_) {
+    dropped.clear();
+    n += t->Forget(keys, &dropped);
+    for (const TierBlock& b : dropped) {
+      moves->push_back({.stored = false, .medium = t->medium(), .block = b});
+    }
+  }
+  return n;
+}
+
+size_t TierChain::CountPresent(
+    absl::Span<const BlockKey> keys,
+    std::array<size_t, kMediumCount>* by_medium) const {
+  size_t n = 0;
+  while (n < keys.size()) {
+    size_t m = 0;
+    for (const std::unique_ptr<Tier>& t : tiers_) {
+      m = t->CountPresent(keys.subspan(n));
+      if (m == 0) continue;
+      if (by_medium != nullptr) (*by_medium)[t->medium()] += m;
+      break;
+    }
+    if (m == 0) break;
+    n += m;
+  }
+  return n;
+}
+
+uint8_t TierChain::Locate(const BlockKey& key, TierBlock* out) const {
+  for (const std::unique_ptr<Tier>& t : tiers_) {
+    if (t->Lookup(key, out)) return t->medium();
+  }
+  return kMediumPool;
+}
+
+void TierChain::Flush() {
+  for (const std::unique_ptr<Tier>& t : tiers_) t->Flush();
+}
+
+Tier* TierChain::Find(TierKind kind) const {
+  for (const std::unique_ptr<Tier>& t : tiers_) {
+    if (t->kind() == kind) return t.get();
+  }
+  return nullptr;
+}
+
+}  // namespace radixkv::daemon

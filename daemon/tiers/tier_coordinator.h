@@ -1,0 +1,82 @@
+// File: daemon/tiers/tier_coordinator.h
+//
+// TierCoordinator: Cache's one counterpart for the tiers below the pool.
+// It owns every move between the pool and the TierChain and publishes
+// them (TierEventListener: the event log, which hands them to KV events);
+// Cache calls one hook per request that concerns the tiers:
+//
+//   tree Acquire (report_evictions, hold_new_pages) -> AfterAcquire
+//   tree Commit (report_inserted)                   -> AfterCommit
+//   tree Match                                      -> AfterMatch
+//
+// AfterAcquire copies the blocks the Acquire evicted out of their pages
+// into the tiers, then fills the lease's first new pages from the tiers'
+// blocks that continue the match and commits them, so the lease comes back
+// as if they had been cached. It runs after the tree's Acquire and before
+// the answer: the evicted pages are the lease's new pages, which nobody
+// writes until the answer arrives, and the tree holds them until
+// ReleaseHold whatever ends the lease meanwhile.
+//
+// Thread safety: thread-safe. No hook is called with a tree lock held; the
+// hooks take it through the tree's own calls.
+#ifndef RADIXKV_DAEMON_TIERS_TIER_COORDINATOR_H_
+#define RADIXKV_DAEMON_TIERS_TIER_COORDINATOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "absl/types/span.h"
+#include "daemon/request_validation.h"
+#include "daemon/tiers/tier.h"
+#include "daemon/tiers/tier_chain.h"
+#include "radix/block_key.h"
+#include "radix/radix_tree.h"
+#include "radixkv/v1/radixkv.pb.h"
+
+namespace radixkv::daemon {
+
+class TierCoordinator {
+ public:
+  // `events` (not owned) outlives the coordinator.
+  TierCoordinator(std::shared_ptr<TierChain> chain, TierEventListener* events);
+  TierCoordinator(const TierCoordinator&) = delete;
+  TierCoordinator& operator=(const TierCoordinator&) = delete;
+
+  TierChain& chain() const { return *chain_; }
+
+  // After `tree`'s Acquire for a session bound to `ns` (blocks of
+  // page_size tokens) and owned by `owner`: demotes r->evicted, promotes
+  // what continues the match into the lease's new pages, ends the tree's
+  // hold on them, and moves the promoted blocks from r's new blocks to its
+  // matched ones. Returns how many blocks were promoted.
+  uint32_t AfterAcquire(RadixTree* tree, NamespaceId ns, uint32_t page_size,
+                        OwnerId owner, AcquireResult* r);
+
+  // After a Commit in namespace `ns` inserted `keys`: drops the tiers'
+  // older copies of them.
+  void AfterCommit(RadixTree* tree, NamespaceId ns,
+                   absl::Span<const BlockKey> keys);
+
+  // After a Match of `p` in the namespace of `root` found `matched`
+  // blocks: sets tier_matched_blocks and tier_matched, the prompt's
+  // following blocks the tiers hold, consecutively.
+  void AfterMatch(const BlockKey& root, uint32_t page_size, const Prompt& p,
+                  uint32_t matched, v1::MatchResponse* resp) const;
+
+  // The tiers' Stats.tiers (and Stats.tier), and the tokens promotions
+  // served added to Stats.hit_tokens.
+  void FillStats(v1::Stats* s) const;
+
+ private:
+  void Publish(absl::Span<const TierMove> moves, const BlockKey& root);
+
+  const std::shared_ptr<TierChain> chain_;
+  TierEventListener* const events_;
+  // The tokens promotions served (hits for the workers that asked).
+  std::atomic<uint64_t> promoted_tokens_{0};
+};
+
+}  // namespace radixkv::daemon
+
+#endif  // RADIXKV_DAEMON_TIERS_TIER_COORDINATOR_H_
