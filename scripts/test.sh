@@ -7,6 +7,9 @@
 # stress test and the tiers' tests under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Compiler cache entries are keyed by paths relative to the checkout, so a
+# fresh clone elsewhere reuses them.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 scripts/install_deps.sh
 cmake --preset default >/dev/null
 cmake --build --preset default
