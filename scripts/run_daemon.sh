@@ -8,7 +8,7 @@
 # Ctrl-C (SIGINT) or SIGTERM drains and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install_deps.sh
+scripts/install_deps.sh --no-python
 cmake --preset default >/dev/null
 cmake --build --preset default --target radixkvd
 exec build/default/daemon/radixkvd "$@"
