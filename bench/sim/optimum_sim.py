@@ -37,9 +37,8 @@ import json
 import os
 import sys
 
-DEFAULT_TRACE = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "default",
-    "data", "conversation_trace.jsonl")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from leaf_lru_sim import DEFAULT_TRACE, LeafLruCache, read_trace  # noqa: E402
 
 NEVER = float("inf")
 
@@ -172,14 +171,6 @@ class OptimumCache:
         return matched
 
 
-def read_trace(trace_path):
-    with open(trace_path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                yield json.loads(line)["hash_ids"]
-
-
 def run_requests(requests, capacity):
     paths, uses = build_paths(requests)
     cache = OptimumCache(capacity, uses)
@@ -230,8 +221,6 @@ def self_test():
     assert got == [0, 0, 2], got
     # The optimum is never below leaf-LRU on random small traces.
     import random
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from leaf_lru_sim import LeafLruCache
     rng = random.Random(7)
     for _ in range(200):
         reqs = [[rng.randrange(3) for _ in range(rng.randrange(1, 5))]

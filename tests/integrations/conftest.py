@@ -28,6 +28,7 @@ _PYTHON_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "
 if _PYTHON_TESTS not in sys.path:
     sys.path.insert(0, _PYTHON_TESTS)
 
+import rkv_testutil  # noqa: E402
 from rkv_testutil import Daemon, assert_no_leaks  # noqa: E402,F401
 
 
@@ -42,16 +43,7 @@ def radixkvd():
 
 @pytest.fixture
 def daemon_factory(radixkvd):
-    started = []
-
-    def make(*flags, pool="host,bytes=64MiB"):
-        d = Daemon(radixkvd, flags, pool)
-        started.append(d)
-        return d.start()
-
-    yield make
-    for d in started:
-        d.cleanup()
+    yield from rkv_testutil.daemon_factory(radixkvd)
 
 
 @pytest.fixture

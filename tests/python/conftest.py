@@ -21,7 +21,7 @@ import os
 
 import pytest
 
-from rkv_testutil import Daemon
+import rkv_testutil
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -52,16 +52,7 @@ def vectors():
 
 @pytest.fixture
 def daemon_factory(radixkvd):
-    started = []
-
-    def make(*flags, pool="host,bytes=64MiB"):
-        d = Daemon(radixkvd, flags, pool)
-        started.append(d)
-        return d.start()
-
-    yield make
-    for d in started:
-        d.cleanup()
+    yield from rkv_testutil.daemon_factory(radixkvd)
 
 
 @pytest.fixture

@@ -105,6 +105,22 @@ SMALL = radixkv.NamespaceSpec(model="py-test", num_layers=2, num_kv_heads=2,
                               head_dim=8, page_size=4, dtype="DTYPE_FLOAT16")
 
 
+def daemon_factory(radixkvd):
+    """The body of the daemon_factory fixtures: yields make(*flags,
+    pool="host,bytes=64MiB") -> a started Daemon on a socket of its own;
+    every daemon made is cleaned up when the generator is closed."""
+    started = []
+
+    def make(*flags, pool="host,bytes=64MiB"):
+        d = Daemon(radixkvd, flags, pool)
+        started.append(d)
+        return d.start()
+
+    yield make
+    for d in started:
+        d.cleanup()
+
+
 def assert_no_leaks(d, sessions=None):
     """The daemon holds no lease and no page being written (and, when given,
     exactly `sessions` sessions); its invariants hold."""
