@@ -16,7 +16,7 @@
 namespace radixkv {
 namespace {
 
-// Session ids are at most this long (daemon/attach_server.h).
+// Session ids are at most this long (daemon/rpc/attach_server.h).
 constexpr size_t kMaxSessionIdBytes = 256;
 // A reply with 253 chunks is about 2.5 KB; anything near this is garbage.
 constexpr size_t kMaxReplyBytes = 64 * 1024;

@@ -15,7 +15,7 @@
 #include "client/core.h"
 #include "client/status.h"
 #include "grpcpp/client_context.h"
-#include "radix/status_macros.h"
+#include "base/status_macros.h"
 #include "radixkv/defaults.h"
 
 #include "gpu/mapped_pool.h"

@@ -34,8 +34,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "daemon/log.h"
-#include "daemon/server.h"
+#include "base/log.h"
+#include "daemon/rpc/server.h"
 #include "radixkv/defaults.h"
 
 // The four normative flags (docs/CONTRACTS.md §5): names, meanings and
@@ -427,15 +427,15 @@ int main(int argc, char** argv) {
   // every RPC's locks (docs/BENCHMARKS.md §5). Tests keep the check on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (!SetMallocTrimThreshold()) return kExitConfig;
-  using radixkv::daemon::Log;
-  using radixkv::daemon::LogLevel;
+  using radixkv::Log;
+  using radixkv::LogLevel;
 
-  auto level = radixkv::daemon::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  auto level = radixkv::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
   if (!level.ok()) {
     std::fprintf(stderr, "radixkvd: %s\n", std::string(level.status().message()).c_str());
     return kExitConfig;
   }
-  radixkv::daemon::SetLogLevel(*level);
+  radixkv::SetLogLevel(*level);
 
   // Block the shutdown signals before any thread starts, so every thread
   // inherits the mask and only sigwait below sees them.

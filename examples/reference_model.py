@@ -7,7 +7,7 @@
     logits = model.forward(ctx, prompt)          # full prefill: positions 0 ..
     logits = model.forward(ctx, [next_token])    # one decode step
 
-The architecture is client/worker/model.h's, step for step: pre-norm
+The architecture is worker/model.h's, step for step: pre-norm
 decoder layers (RMSNorm; fused QKV projection; GQA; RoPE rotating the pairs
 (i, i + head_dim/2) with angles computed in double precision; causal
 softmax attention with scale 1/sqrt(head_dim); output projection; SwiGLU
@@ -21,7 +21,7 @@ after token. That is the inner order of a radixkv page (docs/CONTRACTS.md
 `ctx.k[:, :, b*P:(b+1)*P]` and maps onto `page[:, 0]` (K) and `page[:, 1]`
 (V) of a page viewed as (num_layers, 2, num_kv_heads, page_size, head_dim).
 
-The weights file is safetensors (format: client/worker/README.md); it is
+The weights file is safetensors (format: worker/README.md); it is
 read with NumPy alone. The file's probe tensors (a fixed prompt and the C++
 model's logits for it) let `check_probe()` confirm that this forward pass
 computes what radixkv-worker computes.

@@ -9,7 +9,7 @@ Both workers run the identical model (reference_model.py loads the weights
 radixkv-worker exported and checks its forward pass against the file's probe
 logits) in the identical namespace (the file's `namespace` metadata, the one
 radixkv-worker builds for the same model flags), so each hits the blocks the
-other committed. Per prompt, as client/worker/engine.cc does:
+other committed. Per prompt, as worker/engine.cc does:
 
   1. acquire(prompt): the daemon pins the longest cached prefix and gives
      pages for the next full blocks;

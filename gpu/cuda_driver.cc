@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "radix/status_macros.h"
+#include "base/status_macros.h"
 
 namespace radixkv::gpu::internal {
 namespace {

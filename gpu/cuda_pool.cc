@@ -23,7 +23,7 @@
 #include "gpu/cuda_driver.h"
 #include "gpu/mapped_pool.h"
 #include "gpu/pool_internal.h"
-#include "radix/status_macros.h"
+#include "base/status_macros.h"
 
 namespace radixkv::gpu {
 namespace internal {

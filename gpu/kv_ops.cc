@@ -12,7 +12,7 @@
 #include "gpu/kv_ops_check.h"
 #include "gpu/kv_ops_quant.h"
 #include "gpu/kv_parallel.h"
-#include "radix/status_macros.h"
+#include "base/status_macros.h"
 
 #if defined(RADIXKV_KERNELS_CUDA)
 #include <cuda_runtime.h>

@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpu/pool_internal.h"
-#include "radix/status_macros.h"
+#include "base/status_macros.h"
 
 namespace radixkv::gpu {
 

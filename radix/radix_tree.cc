@@ -17,7 +17,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "radix/radix_tree_internal.h"
-#include "radix/status_macros.h"
+#include "base/status_macros.h"
 
 namespace radixkv {
 

@@ -67,7 +67,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "radix/mutex.h"
+#include "base/mutex.h"
 #include "radix/radix_tree.h"
 
 namespace radixkv {

@@ -13,7 +13,7 @@
 #include "radix/radix_tree.h"
 #include "radix/radix_tree_internal.h"
 #include "radix/refusal.h"
-#include "radix/status_macros.h"
+#include "base/status_macros.h"
 
 namespace radixkv {
 

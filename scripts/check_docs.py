@@ -14,7 +14,7 @@ README.md) are kept as they were written and are not read.
   (relative to the document), and a `#anchor` names a heading of the
   target (GitHub's slugs) or an explicit `id`/`name`; `#L12` on a non-
   markdown file is a line number;
-- paths in inline code (`daemon/cache.cc`, `tests/python/`, a command's
+- paths in inline code (`daemon/core/cache.cc`, `tests/python/`, a command's
   `bench/replay/replay_matrix.sh build`): every token that starts with a
   top-level directory of the repository (bench, client, cmake, daemon,
   deploy, docs, examples, gpu, proto, radix, scripts, tests, requirements)
@@ -24,7 +24,7 @@ README.md) are kept as they were written and are not read.
   those naming a file with an extension (`docs/TIERS.md`,
   `scripts/gpu_check.sh`), so that words such as "client/server" are never
   taken for paths;
-- a `:N` or `:N-M` after a path (`daemon/cache.cc:123`): the file has at
+- a `:N` or `:N-M` after a path (`daemon/core/cache.cc:123`): the file has at
   least that many lines.
 
 Not checked: URLs, absolute paths (/tmp/...), paths under build/, paths

@@ -351,7 +351,7 @@ else:
 }
 
 /usr/bin/python3 - > "$tmp/prompts.txt" <<'EOF'
-for i in range(4):  # tests/tiers/test_tiers.py's prompts: 128 tokens each
+for i in range(4):  # tests/daemon/tiers/test_tiers.py's prompts: 128 tokens each
     print(" ".join(str((7 * i + 13 * j) % 500 + 1) for j in range(128)))
 EOF
 chmod 0644 "$tmp/prompts.txt"

@@ -117,7 +117,7 @@ if [[ "$CUDA" == off && ${#TEST_BINS[@]} -eq 0 ]]; then
   TEST_BINS=("$BUILD/tests/gpu/kernels_quant_test")
 fi
 BINS=("${TEST_BINS[@]}")
-WORKER="$BUILD/client/worker/radixkv-worker"
+WORKER="$BUILD/worker/radixkv-worker"
 [[ -x "$WORKER" ]] || die "$WORKER was not built"
 BINS+=("$WORKER")
 # radixkvd, for the tiers' end-to-end check (gpu_tier_check.sh); a CUDA-off

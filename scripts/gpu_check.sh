@@ -151,7 +151,7 @@ else
   echo "python: $PY ($("$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)'))"
   if ! (cd "$BUILD" && timeout 300 env PYTHONPATH="$BUILD/python" PYTHONDONTWRITEBYTECODE=1 \
         RADIXKVD="$BUILD/daemon/radixkvd" RADIXKVCTL="$BUILD/client/radixkvctl" \
-        RADIXKV_WORKER="$BUILD/client/worker/radixkv-worker" \
+        RADIXKV_WORKER="$BUILD/worker/radixkv-worker" \
         "$PY" -m pytest -v -rs -p no:cacheprovider "$ROOT/tests/python/test_pool_cuda.py" \
           "$ROOT/tests/integrations/test_transformers_cuda.py"); then
     fail "tests/python/test_pool_cuda.py"
@@ -211,7 +211,7 @@ else
 fi
 
 section "radixkv-worker bench (~90 % of the prompt cached)"
-WORKER="$BUILD/client/worker/radixkv-worker"
+WORKER="$BUILD/worker/radixkv-worker"
 if [[ ! -x "$WORKER" ]]; then
   fail "radixkv-worker was not built"
 elif [[ $no_gpu -eq 1 ]]; then

@@ -27,7 +27,7 @@ for _ in range(n):
     print(" ".join(str(r.randrange(1, 4000)) for _ in range(t)))
 PY
 worker() {
-  "$BUILD/client/worker/radixkv-worker" run --model small --device cpu \
+  "$BUILD/worker/radixkv-worker" run --model small --device cpu \
       --prompts "$WORK/prompts.txt" --json --decode 1 "$@"
 }
 summary() {  # $1 = label, stdin = the worker's JSON lines

@@ -18,7 +18,7 @@
 #include "client/status.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "radix/status_macros.h"
+#include "base/status_macros.h"
 #include "radixkv/channel.h"
 #include "radixkv/namespace_spec.h"
 

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
-#include "daemon/log.h"
+#include "base/log.h"
 
 namespace radixkv::daemon {
 

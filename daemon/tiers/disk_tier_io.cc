@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/log.h"
+#include "base/log.h"
 
 namespace radixkv::daemon::disk_tier {
 namespace {

@@ -37,7 +37,7 @@
 #include "daemon/tiers/tier.h"
 #include "gpu/page_copier.h"
 #include "radix/block_key.h"
-#include "radix/mutex.h"
+#include "base/mutex.h"
 
 namespace radixkv::daemon {
 
@@ -140,7 +140,7 @@ class HostTier final : public Tier {
   const uint64_t page_bytes_;
   const uint64_t slot_count_;
 
-  // SharedMutex (radix/mutex.h), so that ThreadSanitizer checks it.
+  // SharedMutex (base/mutex.h), so that ThreadSanitizer checks it.
   mutable SharedMutex mu_;
   absl::flat_hash_map<BlockKey, uint32_t> index_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);

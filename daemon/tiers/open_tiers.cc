@@ -4,10 +4,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/log.h"
+#include "base/log.h"
 #include "daemon/tiers/disk_tier.h"
 #include "daemon/tiers/host_tier.h"
-#include "radix/status_macros.h"
+#include "base/status_macros.h"
 
 namespace radixkv::daemon {
 

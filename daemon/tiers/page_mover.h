@@ -25,7 +25,7 @@
 #include "absl/types/span.h"
 #include "gpu/page_copier.h"
 #include "gpu/pool.h"
-#include "radix/mutex.h"
+#include "base/mutex.h"
 
 namespace radixkv::daemon {
 

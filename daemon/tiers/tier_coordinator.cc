@@ -1,22 +1,13 @@
 #include "daemon/tiers/tier_coordinator.h"
 
+#include <array>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/log.h"
+#include "base/log.h"
 
 namespace radixkv::daemon {
-
-namespace {
-
-void FillLatency(const TierLatency& l, v1::TierStats* out) {
-  for (double b : TierLatency::kBounds) out->add_promotion_seconds_bounds(b);
-  for (uint64_t c : l.counts()) out->add_promotion_seconds_counts(c);
-  out->set_promotion_seconds_sum(l.sum_seconds());
-}
-
-}  // namespace
 
 TierCoordinator::TierCoordinator(std::shared_ptr<TierChain> chain,
                                  TierEventListener* events)
@@ -100,61 +91,32 @@ void TierCoordinator::AfterCommit(RadixTree* t, NamespaceId ns,
   Publish(moves, t->namespace_root(ns));
 }
 
-void TierCoordinator::AfterMatch(const BlockKey& root, uint32_t page_size,
-                                 const Prompt& p, uint32_t matched,
-                                 v1::MatchResponse* resp) const {
-  std::vector<BlockKey> computed;
-  absl::Span<const BlockKey> keys = p.keys;
-  if (!p.key_mode) {
-    computed = ComputeBlockKeys(root, page_size, p.tokens);
-    keys = computed;
-  }
+TierCoordinator::TierMatch TierCoordinator::AfterMatch(
+    absl::Span<const BlockKey> keys, uint32_t matched) const {
   std::array<size_t, kMediumCount> by_medium{};
-  const size_t n =
-      matched >= keys.size()
-          ? 0
-          : chain_->CountPresent(keys.subspan(matched), &by_medium);
-  resp->set_tier_matched_blocks(static_cast<uint32_t>(n));
+  TierMatch out;
+  out.blocks = matched >= keys.size()
+                   ? 0
+                   : static_cast<uint32_t>(chain_->CountPresent(
+                         keys.subspan(matched), &by_medium));
+  out.per_tier.reserve(chain_->size());
   for (size_t i = 0; i < chain_->size(); ++i) {
     const Tier& tier = chain_->tier(i);
-    v1::TierBlockCount* c = resp->add_tier_matched();
-    c->set_kind(tier.name());
-    c->set_blocks(static_cast<uint32_t>(by_medium[tier.medium()]));
+    out.per_tier.emplace_back(tier.name(),
+                              static_cast<uint32_t>(by_medium[tier.medium()]));
   }
+  return out;
 }
 
-void TierCoordinator::FillStats(v1::Stats* s) const {
+std::vector<TierCoordinator::TierReport> TierCoordinator::Report() const {
+  std::vector<TierReport> out;
+  out.reserve(chain_->size());
   for (size_t i = 0; i < chain_->size(); ++i) {
     const Tier& tier = chain_->tier(i);
-    const TierStats d = tier.stats();
-    v1::TierStats* out = s->add_tiers();
-    out->set_kind(tier.name());
-    out->set_page_bytes(tier.page_bytes());
-    out->set_capacity_blocks(d.slots);
-    out->set_blocks(d.used);
-    out->set_pending_blocks(d.pending);
-    out->set_demoted_blocks(d.demotions);
-    out->set_promoted_blocks(d.promotions);
-    out->set_dropped_full(d.dropped_full);
-    out->set_dropped_error(d.dropped_error);
-    out->set_checksum_failures(d.checksum_failures);
-    out->set_read_errors(d.read_errors);
-    out->set_bytes_written(d.bytes_written);
-    out->set_bytes_read(d.bytes_read);
-    out->set_reloaded_blocks(d.reloaded);
-    out->set_forgotten_blocks(d.evictions);
-    out->set_superseded_blocks(d.superseded);
-    out->set_pinned(d.pinned);
-    FillLatency(chain_->promotion_latency(i), out);
+    out.push_back(TierReport{tier.name(), tier.page_bytes(), tier.stats(),
+                             &chain_->promotion_latency(i)});
   }
-  // Copy failures are the chain's (its PageMover's): counted on the top
-  // tier, which Stats.tier repeats for readers of one tier.
-  v1::TierStats* top = s->mutable_tiers(0);
-  top->set_copy_errors(chain_->copy_errors());
-  *s->mutable_tier() = *top;
-  // A promoted block is a hit for the worker that asked.
-  s->set_hit_tokens(s->hit_tokens() +
-                    promoted_tokens_.load(std::memory_order_relaxed));
+  return out;
 }
 
 }  // namespace radixkv::daemon

@@ -25,14 +25,14 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string_view>
+#include <vector>
 
 #include "absl/types/span.h"
-#include "daemon/request_validation.h"
 #include "daemon/tiers/tier.h"
 #include "daemon/tiers/tier_chain.h"
 #include "radix/block_key.h"
 #include "radix/radix_tree.h"
-#include "radixkv/v1/radixkv.pb.h"
 
 namespace radixkv::daemon {
 
@@ -58,15 +58,30 @@ class TierCoordinator {
   void AfterCommit(RadixTree* tree, NamespaceId ns,
                    absl::Span<const BlockKey> keys);
 
-  // After a Match of `p` in the namespace of `root` found `matched`
-  // blocks: sets tier_matched_blocks and tier_matched, the prompt's
-  // following blocks the tiers hold, consecutively.
-  void AfterMatch(const BlockKey& root, uint32_t page_size, const Prompt& p,
-                  uint32_t matched, v1::MatchResponse* resp) const;
+  // After a Match found the first `matched` of the prompt's blocks `keys`:
+  // the blocks that follow, consecutively, that the tiers hold, in total
+  // and per tier (one entry per tier, top first).
+  struct TierMatch {
+    uint32_t blocks = 0;
+    std::vector<std::pair<std::string_view, uint32_t>> per_tier;
+  };
+  TierMatch AfterMatch(absl::Span<const BlockKey> keys,
+                       uint32_t matched) const;
 
-  // The tiers' Stats.tiers (and Stats.tier), and the tokens promotions
-  // served added to Stats.hit_tokens.
-  void FillStats(v1::Stats* s) const;
+  // One tier's figures for Stats.tiers, top first.
+  struct TierReport {
+    std::string_view name;  // the tier's kind, e.g. "host"
+    uint64_t page_bytes = 0;
+    TierStats stats;
+    const TierLatency* promotion_latency = nullptr;  // the chain's
+  };
+  std::vector<TierReport> Report() const;
+  // Copy failures of the chain's page mover.
+  uint64_t copy_errors() const { return chain_->copy_errors(); }
+  // The tokens promotions served: hits for the workers that asked.
+  uint64_t promoted_tokens() const {
+    return promoted_tokens_.load(std::memory_order_relaxed);
+  }
 
  private:
   void Publish(absl::Span<const TierMove> moves, const BlockKey& root);

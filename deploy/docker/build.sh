@@ -51,7 +51,7 @@ fi
 
 install -d "$out/usr/local/bin" "$out/usr/local/share/radixkv" "$out/usr/local/lib/radixkv"
 install -m 0755 -s /build/daemon/radixkvd /build/client/radixkvctl \
-  /build/client/worker/radixkv-worker "$out/usr/local/bin/"
+  /build/worker/radixkv-worker "$out/usr/local/bin/"
 
 # The packages the runtime stage installs: whoever ships each shared library
 # the binaries load (Debian 12 is merged-/usr, so try both spellings).

@@ -47,7 +47,7 @@ def vector_flags(ns):
 
 def worker_path():
     """radixkv-worker: $RADIXKV_WORKER, else next to radixkvctl in its build
-    tree (client/worker/); None when absent."""
+    tree (worker/); None when absent."""
     path = os.environ.get("RADIXKV_WORKER") or os.path.join(
         os.path.dirname(ARGS.ctl), "worker", "radixkv-worker")
     return path if os.access(path, os.X_OK) else None

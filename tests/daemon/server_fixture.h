@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/server.h"
+#include "daemon/rpc/server.h"
 #include "gtest/gtest.h"
 #include "radixkv/defaults.h"
 #include "tests/daemon/test_util.h"

@@ -11,12 +11,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; echo "--- checker output:"; cat "$tmp/out"; exit 1; }
 
-mkdir -p "$tmp/daemon" "$tmp/docs" "$tmp/examples"
-printf 'int a;\nint b;\nint c;\n' > "$tmp/daemon/cache.cc"      # 3 lines
+mkdir -p "$tmp/daemon/core" "$tmp/docs" "$tmp/examples"
+printf 'int a;\nint b;\nint c;\n' > "$tmp/daemon/core/cache.cc"      # 3 lines
 cat > "$tmp/README.md" <<'MD'
 # Project
 
-See [the guide](docs/GUIDE.md#running-it) and `daemon/cache.cc:3`.
+See [the guide](docs/GUIDE.md#running-it) and `daemon/core/cache.cc:3`.
 Paths under build/ (`build/default/daemon/radixkvd`), in /tmp (`/tmp/x.sock`)
 and URLs (https://example.com/docs/x.md) are not repository paths, nor are
 words like client/server.
@@ -26,7 +26,7 @@ cat > "$tmp/docs/GUIDE.md" <<'MD'
 
 ## Running it
 
-The cache is in daemon/cache.cc, lines `daemon/cache.cc:1-2`.
+The cache is in daemon/core/cache.cc, lines `daemon/core/cache.cc:1-2`.
 [Top](../README.md#project), [here](#running-it).
 MD
 
@@ -38,7 +38,7 @@ grep -qx 'check_docs: 6 references in 2 files, 0 broken' "$tmp/out" ||
 
 cat >> "$tmp/docs/GUIDE.md" <<'MD'
 
-Broken: `daemon/no_such_file.cc`, daemon/cache.cc:4 and
+Broken: `daemon/no_such_file.cc`, daemon/core/cache.cc:4 and
 [a heading](../README.md#no-such-heading).
 MD
 
@@ -47,7 +47,7 @@ rc=$?
 [ $rc -eq 1 ] || fail "broken docs: exit $rc, expected 1"
 for line in \
   'docs/GUIDE.md:8: daemon/no_such_file.cc: no such file or directory' \
-  'docs/GUIDE.md:8: daemon/cache.cc:4: line 4 cited, the file has 3 lines' \
+  'docs/GUIDE.md:8: daemon/core/cache.cc:4: line 4 cited, the file has 3 lines' \
   'docs/GUIDE.md:9: ../README.md#no-such-heading: no heading with anchor #no-such-heading in README.md' \
   'check_docs: 9 references in 2 files, 3 broken'; do
   grep -qxF "$line" "$tmp/out" || fail "missing line: $line"

@@ -1,4 +1,4 @@
-// Fuzzes the attach message parser (daemon/attach_protocol.h), the part of
+// Fuzzes the attach message parser (daemon/rpc/attach_protocol.h), the part of
 // radixkvd's attach socket that reads what an untrusted peer sends.
 //
 // Input: byte 0 gives the message's framing (bits 0-1: descriptors it
@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "daemon/attach_protocol.h"
+#include "daemon/rpc/attach_protocol.h"
 
 namespace {
 

@@ -25,8 +25,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/stubs/logging.h"
-#include "daemon/attach_protocol.h"
-#include "daemon/request_validation.h"
+#include "daemon/rpc/attach_protocol.h"
+#include "daemon/core/request_validation.h"
 #include "radix/block_key.h"
 #include "radixkv/namespace_spec.h"
 #include "radixkv/v1/radixkv.pb.h"

@@ -40,8 +40,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "daemon/cache.h"
-#include "daemon/log.h"
+#include "daemon/core/cache.h"
+#include "base/log.h"
 #include "google/protobuf/stubs/logging.h"
 #include "radixkv/v1/radixkv.pb.h"
 
@@ -609,7 +609,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // is then refused like any other malformed one.
   google::protobuf::SetLogHandler(nullptr);
   // Every input creates a pool, which the daemon logs at info.
-  radixkv::daemon::SetLogLevel(radixkv::daemon::LogLevel::kError);
+  radixkv::SetLogLevel(radixkv::LogLevel::kError);
   if (const char* dir = std::getenv("RADIXKV_FUZZ_WRITE_SEEDS")) {
     radixkv::fuzz::WriteSeeds(dir);
     std::exit(0);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/attach_server.h"
+#include "daemon/rpc/attach_server.h"
 #include "gpu/fd_passing.h"
 #include "gpu/mapped_pool.h"
 #include "gtest/gtest.h"

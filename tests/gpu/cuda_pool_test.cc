@@ -19,7 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/attach.h"
-#include "daemon/attach_server.h"
+#include "daemon/rpc/attach_server.h"
 #include "gpu/mapped_pool.h"
 #include "gpu/pool.h"
 #include "gtest/gtest.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `pip install ./client/python` and `pip wheel` in a new, empty virtual
+# `pip install ./python` and `pip wheel` in a new, empty virtual
 # environment, as a vLLM or SGLang user would: no system protoc on PATH (the
 # build requirement grpcio-tools generates the stubs), dependencies from
 # PyPI. Then the installed package computes the contract's namespace root,
@@ -20,7 +20,7 @@ done
 export PATH="$work/venv/bin:$work/bin"
 export RADIXKV_PY_BUILD_DIR="$work/pybuild"
 pip() { "$work/venv/bin/python" -m pip --disable-pip-version-check -q "$@"; }
-pip install "$src/client/python"
+pip install "$src/python"
 root=$("$work/venv/bin/python" -c '
 import radixkv, radixkv.integrations
 print(radixkv.namespace_root(radixkv.NamespaceSpec(page_size=1, tp_size=0)).hex())
@@ -28,7 +28,7 @@ assert radixkv.pb.DTYPE_BFLOAT16 > 0
 assert hasattr(radixkv.pb_grpc, "KvCacheStub")')
 echo "namespace root $root"
 [ "$root" = daf19994fffe4bb44f5388196db83209 ] || { echo "FAIL: namespace root $root"; exit 1; }
-pip wheel --no-deps -w "$work/wheel" "$src/client/python"
+pip wheel --no-deps -w "$work/wheel" "$src/python"
 whl=$(ls "$work"/wheel/radixkv-*.whl)
 "$work/venv/bin/python" - "$whl" <<'PY'
 import sys, zipfile

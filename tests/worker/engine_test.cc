@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
-#include "client/worker/engine.h"
-#include "client/worker/model.h"
-#include "client/worker/prefix_cache.h"
+#include "worker/engine.h"
+#include "worker/model.h"
+#include "worker/prefix_cache.h"
 #include "gtest/gtest.h"
 #include "tests/worker/worker_test_util.h"
 

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "client/worker/cuda_model.h"
-#include "client/worker/engine.h"
-#include "client/worker/prefix_cache.h"
-#include "client/worker/model.h"
+#include "worker/cuda_model.h"
+#include "worker/engine.h"
+#include "worker/prefix_cache.h"
+#include "worker/model.h"
 #include "gpu/cuda_kernels_util.h"
 #include "gpu/kv_ops.h"
 #include "gtest/gtest.h"

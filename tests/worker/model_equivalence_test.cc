@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "client/worker/model.h"
+#include "worker/model.h"
 #include "gpu/kv_ops.h"
 #include "gtest/gtest.h"
 #include "tests/worker/worker_test_util.h"

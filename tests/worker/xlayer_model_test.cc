@@ -17,11 +17,11 @@
 #include <tuple>
 #include <vector>
 
-#include "client/worker/engine.h"
-#include "client/worker/model.h"
-#include "client/worker/prefix_cache.h"
-#include "client/worker/xlayer_model.h"
-#include "daemon/request_validation.h"
+#include "worker/engine.h"
+#include "worker/model.h"
+#include "worker/prefix_cache.h"
+#include "worker/xlayer_model.h"
+#include "daemon/core/request_validation.h"
 #include "gtest/gtest.h"
 #include "radix/radix_tree.h"
 #include "radixkv/namespace_spec.h"
