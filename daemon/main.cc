@@ -424,7 +424,7 @@ int main(int argc, char** argv) {
   }
   // Debian's Abseil checks every Mutex acquisition for lock-order cycles, and
   // gRPC's own mutexes are Abseil mutexes too, so the check would run on
-  // every RPC's locks (docs/BENCHMARKS.md §5). Tests keep the check on.
+  // every RPC's locks. Tests keep the check on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (!SetMallocTrimThreshold()) return kExitConfig;
   using radixkv::Log;

@@ -88,7 +88,7 @@ inline constexpr PageId kNoPage = 0xffffffffu;
 inline constexpr uint32_t kMaxNamespaces = 0xffff;
 // Blocks an admin eviction (Evict, Clear) removes per hold of the tree's
 // lock, so that lookups and inserts go on between batches instead of
-// waiting for a whole Clear (docs/BENCHMARKS.md has the hold times).
+// waiting for a whole Clear.
 inline constexpr uint64_t kAdminEvictionBatch = 1024;
 
 enum class PageState : uint8_t { kFree = 0, kWriting = 1, kCached = 2 };

@@ -112,7 +112,7 @@ static_assert(sizeof(Node) <= 40, "keep the node within 40 bytes");
 //     inline (eight 8-byte loads and XORs), and without a memcmp call in the
 //     loop the walk keeps its state in registers. From 128 bytes on, libc's
 //     memcmp is faster than the inline compare, so only kBytes 64 is
-//     instantiated (docs/BENCHMARKS.md has the figures).
+//     instantiated.
 //   kWide == true: 32-byte vector lanes, XORed and ORed together, one test
 //     per block. Written with GCC/Clang vector extensions, not intrinsics,
 //     so it is correct wherever it is inlined and becomes AVX2 code inside

@@ -283,8 +283,7 @@ class AcquireReactor final : public grpc::ServerUnaryReactor {
   // OnDone is short (it rarely takes the tree's lock for microseconds), so
   // gRPC may run it on the thread that completes the call, as it does for
   // its own default reactor, instead of handing it to its executor, a
-  // hand-off that costs a measurable share of an Acquire
-  // (docs/BENCHMARKS.md). gRPC 1.51 documents this hook as internal; if a
+  // hand-off that costs a share of every Acquire. gRPC 1.51 documents this hook as internal; if a
   // later gRPC drops it, this override stops compiling rather than silently
   // changing.
   bool InternalInlineable() override { return true; }

@@ -15,7 +15,6 @@
 //     and page ids on a local socket) and census;
 // and keep what matters explicitly: deadline checking (every radixkv call
 // has a deadline) and a receive limit (max_receive_message_bytes).
-// docs/BENCHMARKS.md has what this saves per call.
 //
 // Thread safety: pure function.
 #ifndef RADIXKV_PROTO_RADIXKV_CHANNEL_H_
