@@ -16,8 +16,9 @@ README.md) are kept as they were written and are not read.
   markdown file is a line number;
 - paths in inline code (`daemon/core/cache.cc`, `tests/python/`, a command's
   `bench/replay/replay_matrix.sh build`): every token that starts with a
-  top-level directory of the repository (bench, client, cmake, daemon,
-  deploy, docs, examples, gpu, proto, radix, scripts, tests, requirements)
+  top-level directory of the repository (base, bench, client, cmake,
+  daemon, deploy, docs, examples, gpu, proto, python, radix, requirements,
+  scripts, tests, worker)
   and a `/`, and a code span that is exactly a root file (README.md,
   CMakeLists.txt, CMakePresets.json);
 - paths in plain text and in fenced code blocks, the same tokens, but only
@@ -42,8 +43,9 @@ import re
 import sys
 import urllib.parse
 
-TOP_DIRS = ("bench", "client", "cmake", "daemon", "deploy", "docs", "examples",
-            "gpu", "proto", "radix", "scripts", "tests", "requirements")
+TOP_DIRS = ("base", "bench", "client", "cmake", "daemon", "deploy", "docs",
+            "examples", "gpu", "proto", "python", "radix", "requirements",
+            "scripts", "tests", "worker")
 ROOT_FILES = ("README.md", "CMakeLists.txt", "CMakePresets.json")
 SKIP_DIRS = ("docs/bench-history",)
 
