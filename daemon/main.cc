@@ -4,8 +4,8 @@
 // Exit codes: 0 stopped by SIGTERM/SIGINT after draining (or --help,
 // --version); 1 a runtime failure (an address in use, a resource the
 // machine lacks now); 2 a configuration error that a restart cannot fix
-// (a bad flag or value, a stray argument, a pool this machine cannot
-// serve).
+// (a bad flag or value, a stray argument, a listen address this machine
+// cannot listen on, a pool this machine cannot serve).
 #include <grp.h>
 #include <malloc.h>
 #include <signal.h>
@@ -454,11 +454,12 @@ int main(int argc, char** argv) {
   }
   auto server = radixkv::daemon::Server::Start(*o);
   if (!server.ok()) {
-    std::fprintf(stderr, "radixkvd: cannot start: %s\n",
-                 server.status().ToString().c_str());
     // A flag this machine cannot serve will not work on a restart either.
-    return absl::IsInvalidArgument(server.status()) ? kExitConfig
-                                                    : kExitRuntime;
+    // Each message names its flag; a runtime failure says so.
+    const bool config = absl::IsInvalidArgument(server.status());
+    std::fprintf(stderr, "radixkvd: %s%s\n", config ? "" : "cannot start: ",
+                 std::string(server.status().message()).c_str());
+    return config ? kExitConfig : kExitRuntime;
   }
   radixkv::daemon::Server& s = **server;
   PrintListening(*o, s);

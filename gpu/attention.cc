@@ -214,9 +214,8 @@ void DequantPrefix(const PrefixPages& prefix,
                    std::vector<float>* staging, PageGeometry* out_geom,
                    std::vector<const void*>* out_pages) {
   const PageGeometry& g = prefix.geom;
-  const PageGeometry g1 =
-      MakePageGeometry(1, g.num_kv_heads, g.page_size, g.head_dim,
-                       KvDType::kFloat32);
+  const PageGeometry g1 = MakePageGeometry(1, g.num_kv_heads, g.page_size,
+                                           g.head_dim, DType::kFloat32);
   const uint64_t n_pages = PagesForTokens(g, prefix.tokens);
   const size_t page_floats = g1.page_elems();
   staging->resize(n_pages * page_floats);
@@ -282,8 +281,8 @@ absl::Status AttentionPrefixSuffix(const AttentionShape& shape,
           absl::StrCat("pages[", i, "] is a null address"));
     }
   }
-  if (prefix.tokens > 0 && prefix.geom.dtype != KvDType::kOpaque &&
-      prefix.geom.dtype != KvDType::kFloat32) {
+  if (prefix.tokens > 0 && prefix.geom.dtype != DType::kUnspecified &&
+      prefix.geom.dtype != DType::kFloat32) {
     std::vector<float> staging;
     std::vector<const void*> staged;
     PrefixPages fp32 = prefix;

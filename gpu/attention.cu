@@ -40,7 +40,7 @@ struct FloatRow {
 };
 
 // A key/value row of a typed page: codes and the runs' scales.
-template <KvDType kT>
+template <DType kT>
 struct CodeRow {
   const uint8_t* __restrict__ k;  // the run's elements start at element k_at
   const uint8_t* __restrict__ v;
@@ -80,7 +80,7 @@ __device__ __forceinline__ void Visit(RowState& st, const Row& row,
   st.m = m_new;
 }
 
-template <KvDType kT>
+template <DType kT>
 __global__ void AttentionKernel(AttentionLaunch a) {
   const uint64_t warp =
       (uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
@@ -108,7 +108,7 @@ __global__ void AttentionKernel(AttentionLaunch a) {
   for (uint32_t t = 0; t < a.prefix_tokens; ++t) {
     const uint32_t slot = t % a.geom.page_size;
     const uint8_t* page = base + a.page_ids[t / a.geom.page_size] * page_bytes;
-    if constexpr (kT == KvDType::kFloat32) {
+    if constexpr (kT == DType::kFloat32) {
       const float* fp = reinterpret_cast<const float*>(page);
       Visit(st, FloatRow{fp + a.geom.offset(a.layer, 0, g, slot, 0),
                          fp + a.geom.offset(a.layer, 1, g, slot, 0)},
@@ -155,24 +155,24 @@ int LaunchAttention(const AttentionLaunch& a, void* stream) {
   const dim3 block(kWarpsPerBlock * 32);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (a.geom.dtype) {
-    case KvDType::kOpaque:  // checked: elem_bytes 4
-    case KvDType::kFloat32:
-      AttentionKernel<KvDType::kFloat32><<<grid, block, 0, s>>>(a);
+    case DType::kUnspecified:  // checked: elem_bytes 4
+    case DType::kFloat32:
+      AttentionKernel<DType::kFloat32><<<grid, block, 0, s>>>(a);
       break;
-    case KvDType::kFloat16:
-      AttentionKernel<KvDType::kFloat16><<<grid, block, 0, s>>>(a);
+    case DType::kFloat16:
+      AttentionKernel<DType::kFloat16><<<grid, block, 0, s>>>(a);
       break;
-    case KvDType::kBFloat16:
-      AttentionKernel<KvDType::kBFloat16><<<grid, block, 0, s>>>(a);
+    case DType::kBFloat16:
+      AttentionKernel<DType::kBFloat16><<<grid, block, 0, s>>>(a);
       break;
-    case KvDType::kFloat8E4M3:
-      AttentionKernel<KvDType::kFloat8E4M3><<<grid, block, 0, s>>>(a);
+    case DType::kFloat8E4M3:
+      AttentionKernel<DType::kFloat8E4M3><<<grid, block, 0, s>>>(a);
       break;
-    case KvDType::kFloat8E5M2:
-      AttentionKernel<KvDType::kFloat8E5M2><<<grid, block, 0, s>>>(a);
+    case DType::kFloat8E5M2:
+      AttentionKernel<DType::kFloat8E5M2><<<grid, block, 0, s>>>(a);
       break;
-    case KvDType::kInt8:
-      AttentionKernel<KvDType::kInt8><<<grid, block, 0, s>>>(a);
+    case DType::kInt8:
+      AttentionKernel<DType::kInt8><<<grid, block, 0, s>>>(a);
       break;
     default:
       return cudaErrorInvalidValue;

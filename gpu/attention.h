@@ -25,11 +25,12 @@
 // materialised. out = softmax(scale * q k^T) v.
 //
 // Prefix pages use the page layout of gpu/page_layout.h; one layer is read.
-// Their dtype (PrefixPages::geom.dtype) is fp32 (kFloat32, or kOpaque with
-// elem_bytes 4) or any typed encoding: fp16, bf16, fp8 E4M3 / E5M2 and int8
-// keys and values are dequantised on read (decode(code) * the run's scale,
-// gpu/kv_ops_quant.h), so the result equals attention over the fp32 pages
-// that ReadKv would produce. Queries, local K/V and output stay fp32.
+// Their dtype (PrefixPages::geom.dtype) is fp32 (kFloat32, or kUnspecified,
+// opaque, with elem_bytes 4) or any typed encoding: fp16, bf16, fp8 E4M3 /
+// E5M2 and int8 keys and values are dequantised on read (decode(code) * the
+// run's scale, gpu/kv_ops_quant.h), so the result equals attention over the
+// fp32 pages that ReadKv would produce. Queries, local K/V and output stay
+// fp32.
 // Pointers are borrowed for the call.
 //
 // Thread safety: reentrant; concurrent calls may read the same pages. The

@@ -162,7 +162,7 @@ void ReadRuns(const PageGeometry& geom, float* k, float* v, uint32_t n_tokens,
 
 // True when the page elements are moved as they are (no conversion).
 bool RawElements(const PageGeometry& geom) {
-  return geom.dtype == KvDType::kOpaque || geom.dtype == KvDType::kFloat32;
+  return geom.dtype == DType::kUnspecified || geom.dtype == DType::kFloat32;
 }
 
 absl::Status CheckNoNullPages(absl::Span<const void* const> pages,

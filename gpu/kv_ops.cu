@@ -156,7 +156,7 @@ int LaunchWriteKv(const PageGeometry& geom, const void* k, const void* v,
     return cudaErrorInvalidConfiguration;
   }
   const uint32_t stride = layer_stride_tokens == 0 ? n_tokens : layer_stride_tokens;
-  if (geom.dtype != KvDType::kOpaque && geom.dtype != KvDType::kFloat32) {
+  if (geom.dtype != DType::kUnspecified && geom.dtype != DType::kFloat32) {
     if (uint64_t{geom.num_kv_heads} * 2 > kMaxGridY) {
       return cudaErrorInvalidConfiguration;
     }

@@ -19,7 +19,7 @@
 // its capacity here). Token t of the source goes to page pages[t / page_size]
 // at slot t % page_size; the first token lands in slot 0 of pages[0].
 //
-// Element types (PageGeometry::dtype): with KvDType::kOpaque the kernels
+// Element types (PageGeometry::dtype): with DType::kUnspecified the kernels
 // move elements as opaque `elem_bytes`-sized values in the source's own
 // encoding; nothing is converted. With a typed geometry the source (and
 // ReadKv's destination) is fp32 whatever the page's dtype: kFloat32 copies,

@@ -20,13 +20,13 @@
 namespace radixkv::gpu::internal {
 
 inline absl::Status CheckGeometry(const PageGeometry& geom) {
-  if (geom.dtype != KvDType::kOpaque &&
-      (KvDTypeBytes(geom.dtype) == 0 ||
-       geom.elem_bytes != KvDTypeBytes(geom.dtype))) {
+  if (geom.dtype != DType::kUnspecified &&
+      (DTypeBytes(geom.dtype) == 0 ||
+       geom.elem_bytes != DTypeBytes(geom.dtype))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "geometry: dtype ", static_cast<uint32_t>(geom.dtype),
-        " needs elem_bytes ", KvDTypeBytes(geom.dtype), " (got ",
-        geom.elem_bytes, "; dtypes are 1..6 as radixkv.v1.DType)"));
+        " needs elem_bytes ", DTypeBytes(geom.dtype), " (got ", geom.elem_bytes,
+        "; dtypes are 1..6 as radixkv.v1.DType)"));
   }
   if (!geom.valid()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -133,7 +133,7 @@ inline absl::Status CheckAttention(const AttentionShape& shape,
   }
   if (prefix.tokens == 0) return absl::OkStatus();
   if (absl::Status s = CheckGeometry(prefix.geom); !s.ok()) return s;
-  if (prefix.geom.dtype == KvDType::kOpaque && prefix.geom.elem_bytes != 4) {
+  if (prefix.geom.dtype == DType::kUnspecified && prefix.geom.elem_bytes != 4) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prefix.geom.elem_bytes is ", prefix.geom.elem_bytes,
         "; attention reads opaque pages as fp32 (4): set prefix.geom.dtype "

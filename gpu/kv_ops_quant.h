@@ -185,38 +185,38 @@ RADIXKV_HD float DecodeI8(int8_t c) { return static_cast<float>(c); }
 // ---- by dtype ----------------------------------------------------------------
 
 // QMAX of a scaled dtype (the value amax maps to); 1 for unscaled dtypes.
-RADIXKV_HD float QuantMax(KvDType t) {
-  return t == KvDType::kFloat8E4M3   ? 448.0f
-         : t == KvDType::kFloat8E5M2 ? 57344.0f
-         : t == KvDType::kInt8       ? 127.0f
-                                     : 1.0f;
+RADIXKV_HD float QuantMax(DType t) {
+  return t == DType::kFloat8E4M3   ? 448.0f
+         : t == DType::kFloat8E5M2 ? 57344.0f
+         : t == DType::kInt8       ? 127.0f
+                                   : 1.0f;
 }
 
 // The scale of a run whose largest magnitude is `amax`.
-RADIXKV_HD float ScaleForAmax(KvDType t, float amax) {
+RADIXKV_HD float ScaleForAmax(DType t, float amax) {
   return amax / QuantMax(t);
 }
 
 // Stores x (already divided by the run's scale for scaled dtypes) at element
-// `i` of `dst` (elements of KvDTypeBytes(t) bytes). REQUIRES: t != kOpaque.
-RADIXKV_HD void EncodeElem(KvDType t, float x, void* dst, uint64_t i) {
+// `i` of `dst` (elements of DTypeBytes(t) bytes). REQUIRES: t != kUnspecified.
+RADIXKV_HD void EncodeElem(DType t, float x, void* dst, uint64_t i) {
   switch (t) {
-    case KvDType::kFloat32:
+    case DType::kFloat32:
       static_cast<float*>(dst)[i] = x;
       break;
-    case KvDType::kFloat16:
+    case DType::kFloat16:
       static_cast<uint16_t*>(dst)[i] = EncodeF16(x);
       break;
-    case KvDType::kBFloat16:
+    case DType::kBFloat16:
       static_cast<uint16_t*>(dst)[i] = EncodeBF16(x);
       break;
-    case KvDType::kFloat8E4M3:
+    case DType::kFloat8E4M3:
       static_cast<uint8_t*>(dst)[i] = EncodeE4M3(x);
       break;
-    case KvDType::kFloat8E5M2:
+    case DType::kFloat8E5M2:
       static_cast<uint8_t*>(dst)[i] = EncodeE5M2(x);
       break;
-    case KvDType::kInt8:
+    case DType::kInt8:
       static_cast<int8_t*>(dst)[i] = EncodeI8(x);
       break;
     default:
@@ -225,19 +225,19 @@ RADIXKV_HD void EncodeElem(KvDType t, float x, void* dst, uint64_t i) {
 }
 
 // Element `i` of `src` decoded (not yet multiplied by a scale).
-RADIXKV_HD float DecodeElem(KvDType t, const void* src, uint64_t i) {
+RADIXKV_HD float DecodeElem(DType t, const void* src, uint64_t i) {
   switch (t) {
-    case KvDType::kFloat32:
+    case DType::kFloat32:
       return static_cast<const float*>(src)[i];
-    case KvDType::kFloat16:
+    case DType::kFloat16:
       return DecodeF16(static_cast<const uint16_t*>(src)[i]);
-    case KvDType::kBFloat16:
+    case DType::kBFloat16:
       return DecodeBF16(static_cast<const uint16_t*>(src)[i]);
-    case KvDType::kFloat8E4M3:
+    case DType::kFloat8E4M3:
       return DecodeE4M3(static_cast<const uint8_t*>(src)[i]);
-    case KvDType::kFloat8E5M2:
+    case DType::kFloat8E5M2:
       return DecodeE5M2(static_cast<const uint8_t*>(src)[i]);
-    case KvDType::kInt8:
+    case DType::kInt8:
       return DecodeI8(static_cast<const int8_t*>(src)[i]);
     default:
       return 0.0f;
@@ -245,13 +245,13 @@ RADIXKV_HD float DecodeElem(KvDType t, const void* src, uint64_t i) {
 }
 
 // A one-byte code of fp8 E4M3, fp8 E5M2 or int8 decoded; 0 for other dtypes.
-RADIXKV_HD float DecodeByteCode(KvDType t, uint8_t c) {
+RADIXKV_HD float DecodeByteCode(DType t, uint8_t c) {
   switch (t) {
-    case KvDType::kFloat8E4M3:
+    case DType::kFloat8E4M3:
       return DecodeE4M3(c);
-    case KvDType::kFloat8E5M2:
+    case DType::kFloat8E5M2:
       return DecodeE5M2(c);
-    case KvDType::kInt8:
+    case DType::kInt8:
       return DecodeI8(static_cast<int8_t>(c));
     default:
       return 0.0f;
@@ -259,15 +259,15 @@ RADIXKV_HD float DecodeByteCode(KvDType t, uint8_t c) {
 }
 
 // The value stored for x in a run with `scale` (scaled dtypes) or as is.
-RADIXKV_HD float Scaled(KvDType t, float x, float scale) {
-  if (!KvDTypeScaled(t)) return x;
+RADIXKV_HD float Scaled(DType t, float x, float scale) {
+  if (!DTypeScaled(t)) return x;
   return scale > 0.0f ? x / scale : 0.0f;
 }
 
 // The fp32 value element `i` of a run with `scale` stands for.
-RADIXKV_HD float Dequant(KvDType t, const void* src, uint64_t i, float scale) {
+RADIXKV_HD float Dequant(DType t, const void* src, uint64_t i, float scale) {
   const float v = DecodeElem(t, src, i);
-  return KvDTypeScaled(t) ? v * scale : v;
+  return DTypeScaled(t) ? v * scale : v;
 }
 
 // Scale of run `run` of a page (1 for unscaled dtypes).

@@ -31,43 +31,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define RADIXKV_HD __host__ __device__ __forceinline__
-#else
-#define RADIXKV_HD inline
-#endif
+#include "base/dtype.h"  // DType, DTypeBytes, DTypeScaled, RADIXKV_HD
 
 namespace radixkv {
-
-// How the elements of a page are encoded. The numeric values are those of
-// radixkv.v1.DType (and radix DType). kOpaque: elements are elem_bytes-sized
-// values that the kernels move without looking at them (the source of
-// write_kv has the page's encoding); every other value: the page holds that
-// encoding and write_kv / read_kv / attention convert from / to fp32.
-enum class KvDType : uint32_t {
-  kOpaque = 0,
-  kFloat32 = 1,
-  kFloat16 = 2,
-  kBFloat16 = 3,
-  kFloat8E4M3 = 4,
-  kFloat8E5M2 = 5,
-  kInt8 = 6,
-};
-
-// Bytes per element of `t`; 0 for kOpaque or an unknown value.
-RADIXKV_HD constexpr uint32_t KvDTypeBytes(KvDType t) {
-  return t == KvDType::kFloat32                                ? 4
-         : (t == KvDType::kFloat16 || t == KvDType::kBFloat16) ? 2
-         : (t == KvDType::kFloat8E4M3 || t == KvDType::kFloat8E5M2 ||
-            t == KvDType::kInt8)                               ? 1
-                                                               : 0;
-}
-
-// True for the dtypes whose pages carry per-(layer, K|V, head) scales.
-RADIXKV_HD constexpr bool KvDTypeScaled(KvDType t) {
-  return t == KvDType::kFloat8E4M3 || t == KvDType::kFloat8E5M2 ||
-         t == KvDType::kInt8;
-}
 
 // Bytes the scale area is aligned to inside a page.
 inline constexpr uint32_t kScaleAreaAlign = 16;
@@ -78,8 +44,13 @@ struct PageGeometry {
   uint32_t page_size = 0;  // tokens (slots) per page
   uint32_t head_dim = 0;
   uint32_t elem_bytes = 0;
-  // REQUIRES: kOpaque, or elem_bytes == KvDTypeBytes(dtype).
-  KvDType dtype = KvDType::kOpaque;
+  // How the elements are encoded. DType::kUnspecified: opaque, elements are
+  // elem_bytes-sized values that the kernels move without looking at them
+  // (the source of write_kv has the page's encoding). Any other value: the
+  // page holds that encoding and write_kv / read_kv / attention convert
+  // from / to fp32.
+  // REQUIRES: kUnspecified, or elem_bytes == DTypeBytes(dtype).
+  DType dtype = DType::kUnspecified;
 
   // Elements of one (layer, K|V, head) run: page_size * head_dim.
   RADIXKV_HD uint64_t head_elems() const {
@@ -91,7 +62,7 @@ struct PageGeometry {
   RADIXKV_HD uint64_t page_elems() const { return layer_elems() * num_layers; }
   // Bytes of the element area (the whole page for unscaled dtypes).
   RADIXKV_HD uint64_t elems_bytes() const { return page_elems() * elem_bytes; }
-  RADIXKV_HD bool scaled() const { return KvDTypeScaled(dtype); }
+  RADIXKV_HD bool scaled() const { return DTypeScaled(dtype); }
   // Number of fp32 scales: one per (layer, K|V, head) run; 0 if unscaled.
   RADIXKV_HD uint64_t num_scales() const {
     return scaled() ? uint64_t{num_layers} * 2 * num_kv_heads : 0;
@@ -119,7 +90,7 @@ struct PageGeometry {
   RADIXKV_HD bool valid() const {
     return num_layers > 0 && num_kv_heads > 0 && page_size > 0 &&
            head_dim > 0 && elem_bytes > 0 &&
-           (dtype == KvDType::kOpaque || elem_bytes == KvDTypeBytes(dtype));
+           (dtype == DType::kUnspecified || elem_bytes == DTypeBytes(dtype));
   }
 };
 
@@ -137,13 +108,13 @@ RADIXKV_HD constexpr uint32_t CrossLayerGroups(uint32_t num_layers,
 RADIXKV_HD PageGeometry MakePageGeometry(uint32_t num_layers,
                                          uint32_t num_kv_heads,
                                          uint32_t page_size, uint32_t head_dim,
-                                         KvDType dtype) {
+                                         DType dtype) {
   PageGeometry g;
   g.num_layers = num_layers;
   g.num_kv_heads = num_kv_heads;
   g.page_size = page_size;
   g.head_dim = head_dim;
-  g.elem_bytes = KvDTypeBytes(dtype);
+  g.elem_bytes = DTypeBytes(dtype);
   g.dtype = dtype;
   return g;
 }

@@ -19,6 +19,10 @@
 namespace radixkv::gpu {
 namespace {
 constexpr char kSizeUnits[] = "B, KiB, MiB, GiB, TiB, KB, MB, GB, TB";
+// The --pool forms, as the unknown-backend error lists them.
+constexpr char kPoolForms[] =
+    "host,bytes=SIZE | cuda,device=N,bytes=SIZE | none,pages=N (host and "
+    "cuda also take chunk_bytes=SIZE, every form page_bytes=SIZE)";
 }  // namespace
 
 bool ParseSize(absl::string_view text, uint64_t* out) {
@@ -113,7 +117,8 @@ absl::StatusOr<PoolSpec> ParsePoolSpec(absl::string_view spec) {
     out.backend = Backend::kNone;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--pool: unknown backend '", backend, "' (want host, cuda or none)"));
+        "--pool: unknown backend '", backend, "'; accepted forms: ",
+        kPoolForms));
   }
   bool have_bytes = false, have_pages = false, have_device = false,
        have_chunk = false, have_page_bytes = false;

@@ -137,23 +137,6 @@ std::string BlockKey::ToHex() const {
   return s;
 }
 
-size_t DTypeBytes(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return 4;
-    case DType::kFloat16:
-    case DType::kBFloat16:
-      return 2;
-    case DType::kFloat8E4M3:
-    case DType::kFloat8E5M2:
-    case DType::kInt8:
-      return 1;
-    case DType::kUnspecified:
-      break;
-  }
-  return 0;
-}
-
 uint32_t NamespaceSpec::KvGroups() const {
   if (!cross_layer.has_value()) return num_layers;
   const uint32_t s = cross_layer->shared_from_layer;

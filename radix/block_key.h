@@ -41,6 +41,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "base/dtype.h"
 
 namespace radixkv {
 
@@ -91,21 +92,6 @@ struct BlockKey {
   }
 };
 
-// The enum values of radixkv.v1.DType; they enter the namespace hash, so they
-// never change.
-enum class DType : uint32_t {
-  kUnspecified = 0,
-  kFloat32 = 1,
-  kFloat16 = 2,
-  kBFloat16 = 3,
-  kFloat8E4M3 = 4,
-  kFloat8E5M2 = 5,
-  kInt8 = 6,
-};
-
-// Bytes per element of `d`; 0 for kUnspecified or an unknown value.
-size_t DTypeBytes(DType d);
-
 // A cross-layer KV layout (docs/CONTRACTS.md §1.2 and §2.2): layers
 // [0, shared_from_layer) keep their own K/V; layers [shared_from_layer,
 // num_layers) all read one shared bank, written once per position; each of
@@ -152,7 +138,8 @@ struct NamespaceSpec {
 
   // page_bytes = KvGroups() * 2 * num_kv_heads * page_size * head_dim *
   // DTypeBytes(dtype), without the scale area of fp8/int8 pages
-  // (NamespacePageBytes adds it); 0 when the layout is incomplete.
+  // (NamespacePageBytes, gpu/namespace_geometry.h, adds it); 0 when the
+  // layout is incomplete.
   uint64_t PageBytes() const;
 
   friend bool operator==(const NamespaceSpec&, const NamespaceSpec&) = default;

@@ -23,8 +23,9 @@ packages=(
   libabsl-dev libxxhash-dev prometheus-cpp-dev grpc-proto
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   libsystemd-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libfuzzer-14-dev liburing-dev
-  # tests and tools: promtool, python3 (for the venv), redis + h2load (benchmarks)
-  prometheus python3 python3-venv openssl fio
+  # tests and tools: promtool, python3 (for the venv), fish (radixkvctl's
+  # fish completion), redis + h2load (benchmarks)
+  prometheus python3 python3-venv openssl fio fish
   redis-server redis-tools nghttp2-client curl procps valgrind
 )
 

@@ -143,7 +143,7 @@ NamespaceSpec ModelConfig::Namespace() const {
 
 PageGeometry ModelConfig::Geometry() const {
   return MakePageGeometry(KvGroups(), num_kv_heads, page_size, head_dim,
-                          static_cast<KvDType>(kv_dtype));
+                          static_cast<DType>(kv_dtype));
 }
 
 uint64_t ModelConfig::ParameterCount() const {

@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "gpu/mapped_pool.h"
+#include "gpu/namespace_geometry.h"
 #include "radix/radix_tree.h"
 #include "base/status_macros.h"
-#include "radixkv/namespace_spec.h"
 
 namespace radixkv::worker {
 namespace {

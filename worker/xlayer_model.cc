@@ -12,10 +12,10 @@
 #include "worker/matmul.h"
 #include "worker/model_internal.h"
 #include "gpu/attention.h"
+#include "gpu/namespace_geometry.h"
 #include "gpu/kv_ops_quant.h"
 #include "gpu/kv_parallel.h"
 #include "base/status_macros.h"
-#include "radixkv/namespace_spec.h"
 
 namespace radixkv::worker {
 namespace {
@@ -292,7 +292,7 @@ void StageBank(const PageGeometry& g, uint32_t group,
                const std::vector<const void*>& pages, uint32_t tokens,
                std::vector<float>* k, std::vector<float>* v) {
   const size_t kvd = size_t{g.num_kv_heads} * g.head_dim;
-  const bool fp32 = g.dtype == KvDType::kFloat32;
+  const bool fp32 = g.dtype == DType::kFloat32;
   k->resize(size_t{tokens} * kvd);
   v->resize(k->size());
   for (uint32_t t = 0; t < tokens; ++t) {

@@ -1,6 +1,7 @@
 // radixkvctl commands that read or change the daemon's state through the
 // Admin service and grpc.health.v1: health, stats, namespaces, sessions,
-// tree, evict, clear, watch.
+// tree, evict, clear, watch; and endpoint, which names the daemon's address
+// without calling it.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "client/ctl/ctl.h"
 #include "client/ctl/output.h"
 #include "client/status.h"
+#include "nlohmann/json.hpp"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "radixkv/v1/radixkv.grpc.pb.h"
 
@@ -93,6 +95,24 @@ int RunHealth(Context& ctx, const HealthOptions& o) {
   *ctx.err << "Error: radixkvd at " << ctx.global.target << " is "
            << HealthCheckResponse::ServingStatus_Name(resp.status()) << "\n";
   return kExitUnhealthy;
+}
+
+// ---- endpoint -------------------------------------------------------------
+
+// Prints the gRPC target every other command would connect to (--endpoint,
+// RADIXKVCTL_ENDPOINT, else the default socket as radixkvctl resolves it
+// here), without connecting. JSON: {"endpoint": as given ("" when none),
+// "target": the gRPC target}.
+int RunEndpoint(Context& ctx, const NoOptions&) {
+  return PrintResult(
+      ctx,
+      [&] {
+        nlohmann::json j;
+        j["endpoint"] = ctx.global.endpoint;
+        j["target"] = ctx.global.target;
+        return j.dump();
+      },
+      [&] { *ctx.out << ctx.global.target << "\n"; });
 }
 
 // ---- stats ----------------------------------------------------------------
@@ -519,6 +539,17 @@ std::vector<Command> AdminCommands() {
        "Calls grpc.health.v1.Health/Check. Prints SERVING and exits 0, or "
        "prints the status and exits 4 (NOT_SERVING, e.g. while draining).",
        CommandWith(AddHealthFlags, RunHealth)},
+      {"endpoint", state,
+       "Print the gRPC target the other commands connect to (no call)",
+       "radixkvctl endpoint\n"
+       "S=$(radixkvctl endpoint)   # unix:/run/user/1000/radixkv/radixkvd.sock",
+       "The target comes from --endpoint, else RADIXKVCTL_ENDPOINT, else the "
+       "default socket: /run/radixkv/radixkvd.sock when that socket exists, "
+       "else $XDG_RUNTIME_DIR/radixkv/radixkvd.sock when XDG_RUNTIME_DIR is "
+       "set, else /tmp/radixkv-<uid>/radixkvd.sock. A socket path prints as "
+       "unix:PATH, which any gRPC client takes. Always exits 0 for a valid "
+       "endpoint (3 for one that does not parse); the daemon is not called.",
+       CommandWith(AddNoFlags, RunEndpoint)},
       {"stats", state, "Show pool occupancy, hit ratio, sessions and leases",
        "radixkvctl stats\nradixkvctl stats -o json | jq .stats.hit_tokens", "",
        CommandWith(AddNoFlags, RunQuery<&Admin::Stub::GetStats, PrintStats>)},

@@ -16,11 +16,12 @@
 #include "client/ctl/ctl.h"
 #include "client/ctl/output.h"
 #include "client/status.h"
+#include "gpu/namespace_geometry.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "base/dtype.h"
 #include "base/status_macros.h"
 #include "radixkv/channel.h"
-#include "radixkv/namespace_spec.h"
 
 namespace radixkv::ctl {
 namespace {
@@ -175,7 +176,12 @@ void ApplyNoHeaders(Context& ctx, bool no_headers) {
 }
 
 std::vector<std::string> DTypeNames() {
-  return {"fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8"};
+  std::vector<std::string> names;
+  for (DType d : {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                  DType::kFloat8E4M3, DType::kFloat8E5M2, DType::kInt8}) {
+    names.push_back(DTypeName(d));
+  }
+  return names;
 }
 
 absl::StatusOr<DType> ParseDType(const std::string& name,
@@ -209,7 +215,9 @@ absl::StatusOr<DType> ParseDType(const std::string& name,
     if (n == a.name) return a.dtype;
   }
   uint32_t v = 0;
-  if (absl::SimpleAtoi(n, &v) && v >= 1 && v <= 6) return static_cast<DType>(v);
+  if (absl::SimpleAtoi(n, &v) && DTypeBytes(static_cast<DType>(v)) != 0) {
+    return static_cast<DType>(v);
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "--dtype=", name,
       ": want fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8 or the enum value "
@@ -217,15 +225,8 @@ absl::StatusOr<DType> ParseDType(const std::string& name,
 }
 
 const char* DTypeShortName(uint32_t dtype) {
-  switch (static_cast<DType>(dtype)) {
-    case DType::kFloat32: return "fp32";
-    case DType::kFloat16: return "fp16";
-    case DType::kBFloat16: return "bf16";
-    case DType::kFloat8E4M3: return "fp8_e4m3";
-    case DType::kFloat8E5M2: return "fp8_e5m2";
-    case DType::kInt8: return "int8";
-    default: return "unspecified";
-  }
+  const auto d = static_cast<DType>(dtype);
+  return DTypeBytes(d) == 0 ? DTypeName(DType::kUnspecified) : DTypeName(d);
 }
 
 absl::Status ParseLayout(const std::string& layout, bool check,

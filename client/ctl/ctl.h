@@ -72,7 +72,7 @@ struct Context {
   std::ostream* err = nullptr;  // stderr: errors, prompts
 
   // Writes the shell completion script of this command line for `shell`
-  // ("bash", "zsh") to `out`; set by main before a command runs.
+  // ("bash", "zsh", "fish") to `out`; set by main before a command runs.
   std::function<absl::Status(const std::string& shell, std::ostream& out)>
       write_completion;
 
@@ -181,7 +181,7 @@ CLI::Option* AddPositional(CLI::App& app, const std::string& name,
                            std::vector<std::string>* args,
                            const std::string& help);
 
-std::vector<Command> AdminCommands();  // health stats namespaces sessions tree evict clear watch
+std::vector<Command> AdminCommands();  // health endpoint stats namespaces sessions tree evict clear watch
 std::vector<Command> KeyCommands();    // match explain hash size version
 
 // Adds --no-headers, the flag of commands that print a table, bound to

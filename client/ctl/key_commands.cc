@@ -14,6 +14,7 @@
 #include "client/client.h"
 #include "client/ctl/ctl.h"
 #include "client/ctl/output.h"
+#include "gpu/namespace_geometry.h"
 #include "nlohmann/json.hpp"
 #include "radixkv/namespace_spec.h"
 #include "radixkv/v1/radixkv.grpc.pb.h"

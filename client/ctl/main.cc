@@ -8,7 +8,8 @@
 // before or after the command (the subcommands fall through to the root);
 // each can also come from RADIXKVCTL_ENDPOINT / RADIXKVCTL_TIMEOUT /
 // RADIXKVCTL_OUTPUT, and a flag overrides its variable. `completion` prints a
-// bash or zsh script generated from the same CLI11 app. See docs/CLI.md.
+// bash, zsh or fish script generated from the same CLI11 app. --version
+// prints "radixkvctl VERSION" and exits 0. See docs/CLI.md.
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -352,12 +353,25 @@ struct Shell {
   std::string (*script)(const CompletionModel& model);
 };
 
-constexpr Shell kShells[] = {{"bash", BashCompletion}, {"zsh", ZshCompletion}};
+constexpr Shell kShells[] = {{"bash", BashCompletion},
+                              {"zsh", ZshCompletion},
+                              {"fish", FishCompletion}};
 
 std::vector<std::string> ShellNames() {
   std::vector<std::string> names;
   for (const Shell& s : kShells) names.push_back(s.name);
   return names;
+}
+
+// "bash, zsh or fish".
+std::string ShellList() {
+  const std::vector<std::string> names = ShellNames();
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += names[i];
+  }
+  return out;
 }
 
 struct CompletionOptions {
@@ -367,15 +381,14 @@ struct CompletionOptions {
 void AddCompletionFlags(CLI::App& app, CompletionOptions& o,
                         CompletionValues& values) {
   const std::vector<std::string> shells = ShellNames();
-  values[AddPositional(app, "SHELL", &o.shells,
-                       absl::StrJoin(shells, " or "))] = shells;
+  values[AddPositional(app, "SHELL", &o.shells, ShellList())] = shells;
 }
 
 int RunCompletion(Context& ctx, const CompletionOptions& o) {
   const std::vector<std::string>& shells = o.shells;
   if (shells.size() != 1) {
     return BadArgs(ctx, absl::StrCat("completion: name one shell: ",
-                                     absl::StrJoin(ShellNames(), " or ")));
+                                     ShellList()));
   }
   const absl::Status s = ctx.write_completion(shells[0], *ctx.out);
   return s.ok() ? kExitOk : Fail(ctx, s);
@@ -385,14 +398,17 @@ std::vector<Command> ShellCommands() {
   // name, group, summary, example, details, flags and run
   return {
       {"completion", "Shell",
-       "Print a bash or zsh script that completes commands and flags",
+       "Print a bash, zsh or fish script that completes commands and flags",
        "source <(radixkvctl completion bash)\n"
-       "radixkvctl completion zsh > \"${fpath[1]}/_radixkvctl\"",
+       "radixkvctl completion zsh > \"${fpath[1]}/_radixkvctl\"\n"
+       "radixkvctl completion fish > ~/.config/fish/completions/radixkvctl.fish",
        "The script completes commands, flags and flag values (output "
        "formats, dtypes, files); it is generated from this radixkvctl's own "
        "command table. bash: source it, or save it as "
        "/etc/bash_completion.d/radixkvctl. zsh: save it as _radixkvctl in a "
-       "directory of $fpath, or source it after compinit.",
+       "directory of $fpath, or source it after compinit. fish: pipe it to "
+       "`source`, or save it as radixkvctl.fish in "
+       "~/.config/fish/completions.",
        CommandWith(AddCompletionFlags, RunCompletion)},
   };
 }
@@ -408,8 +424,8 @@ absl::Status WriteCompletion(const CLI::App& app,
     }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("completion: unknown shell '", shell,
-                   "': want ", absl::StrJoin(ShellNames(), " or ")));
+      absl::StrCat("completion: unknown shell '", shell, "': want ",
+                   ShellList()));
 }
 
 // The command line of radixkvctl: the CLI11 app and what its parse fills.
@@ -434,6 +450,8 @@ void BuildApp(Context& ctx, const std::vector<Command>& commands, Cli* cli) {
   app.option_defaults()->group(kGlobalGroup);
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_help_flag("-h,--help", "help for radixkvctl or a command");
+  app.set_version_flag("--version", "radixkvctl " RADIXKV_VERSION,
+                       "print radixkvctl's version and exit");
   for (const GlobalFlag& g : kGlobalFlags) {
     CLI::Option* o =
         app.add_option_function<std::string>(
@@ -495,6 +513,9 @@ int Main(int argc, char** argv) {
     app.parse(ParserArgs(argc, argv));
   } catch (const CLI::CallForHelp&) {
     *ctx.out << app.help();  // the selected command's, if any
+    return kExitOk;
+  } catch (const CLI::CallForVersion& e) {
+    *ctx.out << e.what() << "\n";
     return kExitOk;
   } catch (const FlagValueError& e) {
     bad_value = e.what();

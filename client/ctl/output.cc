@@ -459,7 +459,87 @@ std::vector<std::string> ZshFlagSpecs(const CompletionItem& f) {
   return specs;
 }
 
+// `s` single-quoted for fish, where a backslash escapes only a quote or a
+// backslash inside single quotes: 'it\'s'.
+std::string FishQuote(absl::string_view s) {
+  return absl::StrCat(
+      "'", absl::StrReplaceAll(s, {{"\\", "\\\\"}, {"'", "\\'"}}), "'");
+}
+
+constexpr char kFishHead[] =
+    R"sh(# fish completion for radixkvctl (`radixkvctl completion fish`).
+# Load it in this shell:  radixkvctl completion fish | source
+# or in every shell: save it as ~/.config/fish/completions/radixkvctl.fish
+# (or /usr/share/fish/vendor_completions.d/radixkvctl.fish).
+
+complete -c radixkvctl -e
+# File names only where a flag or argument takes them.
+complete -c radixkvctl -f
+)sh";
+
+// The `complete` options of a flag's names and value: "-s o -l output -x -a
+// 'text json'".
+std::string FishFlag(const CompletionItem& f) {
+  std::vector<std::string> parts;
+  for (const std::string& n : f.names) {
+    if (absl::StartsWith(n, "--")) {
+      parts.push_back("-l " + FishQuote(n.substr(2)));
+    } else if (absl::StartsWith(n, "-")) {
+      parts.push_back("-s " + FishQuote(n.substr(1)));
+    }
+  }
+  if (f.takes_value) {
+    if (f.paths) {
+      parts.push_back("-r -F");
+    } else {
+      parts.push_back("-x");
+      if (!f.values.empty()) {
+        parts.push_back("-a " + FishQuote(absl::StrJoin(f.values, " ")));
+      }
+    }
+  }
+  if (!f.help.empty()) parts.push_back("-d " + FishQuote(f.help));
+  return absl::StrJoin(parts, " ");
+}
+
 }  // namespace
+
+std::string FishCompletion(const CompletionModel& m) {
+  std::vector<std::string> names;
+  for (const CompletionCommand& c : m.commands) names.push_back(c.name);
+  const std::string all = absl::StrJoin(names, " ");
+  std::string out = kFishHead;
+  absl::StrAppend(&out, "\n# Commands, until one is given.\n");
+  for (const CompletionCommand& c : m.commands) {
+    absl::StrAppend(&out, "complete -c radixkvctl -n ",
+                    FishQuote("not __fish_seen_subcommand_from " + all),
+                    " -a ", FishQuote(c.name), " -d ", FishQuote(c.summary),
+                    "\n");
+  }
+  absl::StrAppend(&out, "\n# Global flags, before or after the command.\n");
+  for (const CompletionItem& f : m.globals) {
+    absl::StrAppend(&out, "complete -c radixkvctl ", FishFlag(f), "\n");
+  }
+  for (const CompletionCommand& c : m.commands) {
+    if (c.flags.empty() && c.positionals.empty()) continue;
+    const std::string when =
+        FishQuote("__fish_seen_subcommand_from " + c.name);
+    absl::StrAppend(&out, "\n# ", c.name, "\n");
+    for (const CompletionItem& f : c.flags) {
+      absl::StrAppend(&out, "complete -c radixkvctl -n ", when, " ",
+                      FishFlag(f), "\n");
+    }
+    for (const CompletionItem& p : c.positionals) {
+      if (p.paths) {
+        absl::StrAppend(&out, "complete -c radixkvctl -n ", when, " -F\n");
+      } else if (!p.values.empty()) {
+        absl::StrAppend(&out, "complete -c radixkvctl -n ", when, " -a ",
+                        FishQuote(absl::StrJoin(p.values, " ")), "\n");
+      }
+    }
+  }
+  return out;
+}
 
 std::string BashCompletion(const CompletionModel& m) {
   return absl::StrCat(

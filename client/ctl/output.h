@@ -109,6 +109,9 @@ std::string BashCompletion(const CompletionModel& model);
 // A zsh script (#compdef radixkvctl): sourced after compinit, or autoloaded
 // from $fpath as _radixkvctl.
 std::string ZshCompletion(const CompletionModel& model);
+// A fish script of `complete -c radixkvctl` lines: sourced, or saved as
+// radixkvctl.fish in a directory of $fish_complete_path.
+std::string FishCompletion(const CompletionModel& model);
 
 }  // namespace radixkv::ctl
 

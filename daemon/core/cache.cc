@@ -1,6 +1,7 @@
 // Cache: sessions, leases and lookups (the KvCache service's core).
 #include "daemon/core/cache.h"
 
+#include <cassert>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -163,7 +164,7 @@ absl::Status Cache::OpenSession(const v1::OpenSession& open,
                               options_.max_string_bytes));
   ASSIGN_OR_RETURN(NamespaceSpec spec,
                    ValidateNamespace(open.namespace_(), options_));
-  spec.cache_salt = AccessPolicy::EffectiveSalt(*caller.tenant, spec.cache_salt);
+  spec.cache_salt = caller.scope.EffectiveSalt(std::move(spec.cache_salt));
   RETURN_IF_ERROR(
       CheckAcknowledged("open.acknowledge_sessions", open.acknowledge_sessions()));
   if (sessions_.size() >= options_.sessions.max_sessions) {
@@ -173,17 +174,14 @@ absl::Status Cache::OpenSession(const v1::OpenSession& open,
                                    options_.sessions.max_sessions,
                                    " is reached"));
   }
-  ASSIGN_OR_RETURN(
-      NamespaceEntry ns,
-      registry_.Bind(spec, {.salt_prefix = caller.tenant->salt_prefix,
-                            .tenant = caller.tenant->name,
-                            .max = caller.tenant->max_namespaces,
-                            .account = caller.tenant->account}));
+  ASSIGN_OR_RETURN(NamespaceEntry ns, registry_.Bind(spec, caller.scope));
+  // A session's tenant is its namespace's.
+  assert(caller.scope.Owns(ns.tenant));
   absl::StatusOr<SessionEntry> created =
       sessions_.Create({ns.id, ns.root, spec.page_size}, open.client_name(),
                        caller, open.device(),
                        {.per_peer = options_.sessions.max_sessions_per_peer,
-                        .per_tenant = caller.tenant->max_sessions});
+                        .per_tenant = caller.scope.max_sessions()});
   if (!created.ok()) {
     registry_.Unbind(ns.root);
     return created.status();
@@ -204,7 +202,7 @@ absl::Status Cache::OpenSession(const v1::OpenSession& open,
   info->set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.sessions.lease_ttl));
   info->set_max_prompt_tokens(options_.max_prompt_tokens);
   info->set_key_mode_allowed(options_.allow_key_mode);
-  info->set_tenant(caller.tenant->name);
+  info->set_tenant(caller.scope.name());
   return absl::OkStatus();
 }
 
@@ -237,7 +235,7 @@ void Cache::CloseSession(absl::string_view session_id) {
 absl::Status Cache::LeaseError(const absl::Status& s,
                                const Caller& caller) const {
   return RefusalToFieldError(s, {.lease_ttl = options_.sessions.lease_ttl,
-                                 .tenant = caller.tenant->name});
+                                 .tenant = caller.scope.name()});
 }
 
 absl::Status Cache::Acquire(const v1::AcquireRequest& req,
@@ -332,10 +330,7 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp,
                           const Caller& caller) {
   ASSIGN_OR_RETURN(NamespaceSpec spec,
                    ValidateNamespace(req.namespace_(), options_));
-  if (!caller.tenant->salt_prefix.empty()) {
-    spec.cache_salt =
-        AccessPolicy::EffectiveSalt(*caller.tenant, spec.cache_salt);
-  }
+  spec.cache_salt = caller.scope.EffectiveSalt(std::move(spec.cache_salt));
   ASSIGN_OR_RETURN(Prompt p,
                    ValidatePrompt(FieldsOf(req), spec.page_size, options_));
   const BlockKey root = ThreadCachedRoot(spec);

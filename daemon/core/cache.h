@@ -8,10 +8,10 @@
 //
 //   Cache cache(options);
 //   v1::SessionInfo info;
-//   RETURN_IF_ERROR(cache.OpenSession(open, "unix:", &info));
+//   RETURN_IF_ERROR(cache.OpenSession(open, caller, &info));
 //   v1::AcquireRequest req;  req.set_session_id(info.session_id()); ...
 //   v1::AcquireResponse resp;
-//   RETURN_IF_ERROR(cache.Acquire(req, &resp));
+//   RETURN_IF_ERROR(cache.Acquire(req, &resp, caller));
 //   ...
 //   cache.CloseSession(info.session_id());   // ends what is left
 //
@@ -30,10 +30,12 @@
 // ErrorDetail (radixkv/errors.h). A failed call changes nothing.
 //
 // Callers: every request names its Caller (access_policy.h), the verified
-// peer with its tenant and role. A session is usable only by the peer that
-// opened it; a tenant's namespaces carry its effective cache_salt, and
-// listings, dumps and explanations show a non-administrator its own
-// tenant only. Caller::Local() (the default) is the daemon itself.
+// peer with its TenantScope (tenant_scope.h); no method has a default. A
+// session is usable only by the peer that opened it; a namespace is stored
+// under the effective cache_salt of the scope that binds it and records that
+// tenant, and listings, dumps and explanations show what the caller's scope
+// Sees of those recorded tenants. The daemon's own calls pass
+// Caller::Daemon().
 //
 // Fencing: a lease that expires, or whose session ends without a Commit or
 // Release, keeps its pages (pinned or WRITING, counted as quarantined)
@@ -136,9 +138,10 @@ class Cache {
   absl::Status AcknowledgeSessions(
       const google::protobuf::RepeatedPtrField<std::string>& ids,
       const Caller& caller);
-  // Validates `open`, binds its namespace (the caller's tenant's effective
-  // salt; creating the pool on first use), acknowledges the sessions it
-  // lists and creates a session bound to `caller`; fills *info.
+  // Validates `open`, binds its namespace under the caller's scope (its
+  // effective salt; the namespace records the scope's tenant; the pool is
+  // created on first use), acknowledges the sessions it lists and creates a
+  // session bound to `caller`; fills *info.
   absl::Status OpenSession(const v1::OpenSession& open, const Caller& caller,
                            v1::SessionInfo* info);
   // Ends a session and every lease it holds (unwritten pages become free).
@@ -146,36 +149,39 @@ class Cache {
   void CloseSession(absl::string_view session_id);
   // With `handle`, also says which lease (if any) the answer hands out.
   absl::Status Acquire(const v1::AcquireRequest& req, v1::AcquireResponse* resp,
-                       const Caller& caller = Caller::Local(),
-                       LeaseHandle* handle = nullptr);
+                       const Caller& caller, LeaseHandle* handle = nullptr);
   absl::Status Commit(const v1::CommitRequest& req, v1::CommitResponse* resp,
-                      const Caller& caller = Caller::Local());
-  absl::Status Release(const v1::ReleaseRequest& req,
-                       const Caller& caller = Caller::Local());
+                      const Caller& caller);
+  absl::Status Release(const v1::ReleaseRequest& req, const Caller& caller);
   // Ends a lease made by an Acquire whose answer never reached the client
   // (the call failed after the lease was made: deadline, cancel, broken
   // connection), so the client cannot know the lease id and nothing else
   // would end it before --lease_ttl. Counted when the lease was still live.
   void AbandonLease(const LeaseHandle& handle);
+  // The namespace is the caller's (its scope's effective salt).
   absl::Status Match(const v1::MatchRequest& req, v1::MatchResponse* resp,
-                     const Caller& caller = Caller::Local());
+                     const Caller& caller);
 
   // --- Admin (cache_inspect.cc) ---
   void GetStats(v1::Stats* stats) const;
+  // The namespaces the caller's scope Sees, with the salts it is shown
+  // (TenantScope::VisibleSalt).
   void ListNamespaces(v1::ListNamespacesResponse* resp,
-                      const Caller& caller = Caller::Local()) const;
+                      const Caller& caller) const;
+  // The nodes of the namespaces the caller's scope Sees.
   absl::Status DumpTree(const v1::DumpTreeRequest& req,
                         v1::DumpTreeResponse* resp,
-                        const Caller& caller = Caller::Local()) const;
+                        const Caller& caller) const;
+  // Explains a prompt in the caller's namespace; WRONG_NAMESPACE names only
+  // namespaces the caller's scope Sees.
   absl::Status Explain(const v1::ExplainRequest& req,
-                       v1::ExplainResponse* resp,
-                       const Caller& caller = Caller::Local()) const;
+                       v1::ExplainResponse* resp, const Caller& caller) const;
   void Evict(const v1::EvictRequest& req, v1::EvictResponse* resp);
   void Clear(v1::ClearResponse* resp);
   // Administrators see every session with its id; others see their
   // tenant's sessions, with ids only for their own.
   void ListSessions(v1::ListSessionsResponse* resp,
-                    const Caller& caller = Caller::Local()) const;
+                    const Caller& caller) const;
   EventLog& events() { return events_; }
 
   // The pool a session may map through the attach socket: nullptr for an

@@ -2,10 +2,10 @@
 // namespaces, sessions, the tree, "explain this miss", eviction.
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
-#include "absl/strings/strip.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/core/cache.h"
@@ -75,13 +75,14 @@ void FillTreeStats(const TreeStats& ts, v1::Stats* s) {
                        ts.pinned_pages <= ts.cached_pages);
 }
 
-// Whether a namespace stored under `effective_salt` belongs to `caller`'s
-// tenant (administrators see every tenant).
-bool Visible(const Caller& caller, absl::string_view effective_salt) {
-  if (caller.admin || caller.tenant->salt_prefix.empty()) return true;
-  absl::string_view s = effective_salt;
-  return absl::ConsumePrefix(&s, caller.tenant->salt_prefix) &&
-         (s.empty() || s[0] == '/');
+// Whether `scope` sees namespace `id`, given `tenants` (the registry's
+// recorded tenants, NamespaceRegistry::Tenants). A namespace registered
+// after `tenants` was taken is shown to administrators only.
+bool Sees(const TenantScope& scope,
+          const absl::flat_hash_map<NamespaceId, std::string>& tenants,
+          NamespaceId id) {
+  auto it = tenants.find(id);
+  return it != tenants.end() ? scope.Sees(it->second) : scope.admin();
 }
 
 // Stats.tiers (and Stats.tier, the top tier again, which also carries the
@@ -167,16 +168,17 @@ void Cache::ListNamespaces(v1::ListNamespacesResponse* resp,
   const RadixTree* t = registry_.tree();
   if (t == nullptr) return;
   const auto per_ns = sessions_.SessionsPerNamespace();
+  // No id changes hands between the two snapshots.
+  const NamespaceRegistry::IdGuard guard = registry_.GuardIds();
+  const absl::flat_hash_map<NamespaceId, std::string> tenants =
+      registry_.Tenants();
   for (const NamespaceInfo& info : t->ListNamespaces()) {
-    if (!Visible(caller, info.spec.cache_salt)) continue;
+    if (!Sees(caller.scope, tenants, info.id)) continue;
     v1::NamespaceEntry* e = resp->add_namespaces();
     e->set_namespace_id(info.root.ToCanonical());
     NamespaceToProto(info.spec, e->mutable_namespace_());
-    if (!caller.admin) {
-      // A tenant sees the salt it sends, not its tenant prefix.
-      e->mutable_namespace_()->set_cache_salt(
-          AccessPolicy::ClientSalt(*caller.tenant, info.spec.cache_salt));
-    }
+    e->mutable_namespace_()->set_cache_salt(
+        caller.scope.VisibleSalt(info.spec.cache_salt));
     e->set_cached_blocks(info.cached_blocks);
     auto it = per_ns.find(info.id);
     e->set_sessions(it == per_ns.end() ? 0 : it->second);
@@ -189,11 +191,13 @@ void Cache::ListSessions(v1::ListSessionsResponse* resp,
   const absl::Time now = absl::Now();
   const RadixTree* t = registry_.tree();
   for (const SessionEntry& s : sessions_.List()) {
-    if (!caller.admin && s.tenant != caller.tenant->name) continue;
+    if (!caller.scope.Sees(s.tenant)) continue;
     v1::SessionEntry* e = resp->add_sessions();
     // An id is a handle only its peer can use, but it is shown only to
     // administrators and to that peer.
-    if (caller.admin || caller.peer.SameParty(s.peer)) e->set_session_id(s.id);
+    if (caller.scope.admin() || caller.peer.SameParty(s.peer)) {
+      e->set_session_id(s.id);
+    }
     e->set_client_name(s.client_name);
     e->set_namespace_id(s.binding.root.ToCanonical());
     e->set_device(s.device);
@@ -277,12 +281,8 @@ absl::Status Cache::DumpTree(const v1::DumpTreeRequest& req,
   const NamespaceRegistry::IdGuard guard = registry_.GuardIds();
   const absl::flat_hash_map<NamespaceId, BlockKey> roots = registry_.Roots();
   // A non-administrator sees its own tenant's namespaces only.
-  absl::flat_hash_set<NamespaceId> hidden;
-  if (!caller.admin && !caller.tenant->salt_prefix.empty()) {
-    for (const NamespaceInfo& info : t->ListNamespaces()) {
-      if (!Visible(caller, info.spec.cache_salt)) hidden.insert(info.id);
-    }
-  }
+  const absl::flat_hash_map<NamespaceId, std::string> tenants =
+      registry_.Tenants();
   const uint64_t total = t->GetStats().nodes;
   PageId next = 0;
   const std::vector<NodeInfo> nodes =
@@ -290,7 +290,7 @@ absl::Status Cache::DumpTree(const v1::DumpTreeRequest& req,
                               &next)
             : t->DumpTree(max_depth, limit);
   for (const NodeInfo& n : nodes) {
-    if (hidden.contains(n.ns)) continue;
+    if (!Sees(caller.scope, tenants, n.ns)) continue;
     v1::TreeNode* out = resp->add_nodes();
     out->set_key(n.key.ToCanonical());
     out->set_parent_key(n.parent_key.ToCanonical());
@@ -332,7 +332,7 @@ static std::vector<int> OtherNamespaceHits(
   std::vector<int> hit(blocks, -1);
   uint32_t looked = 0;
   for (const NamespaceEntry& o : registry.WithPageSize(spec.page_size, root)) {
-    if (!Visible(caller, o.spec.cache_salt)) continue;
+    if (!caller.scope.Sees(o.tenant)) continue;
     if (looked++ >= max_namespaces) break;
     const std::vector<BlockKey> keys =
         ComputeBlockKeys(o.root, o.spec.page_size, tokens);
@@ -355,7 +355,7 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
                             const Caller& caller) const {
   ASSIGN_OR_RETURN(NamespaceSpec spec,
                    ValidateNamespace(req.namespace_(), options_));
-  spec.cache_salt = AccessPolicy::EffectiveSalt(*caller.tenant, spec.cache_salt);
+  spec.cache_salt = caller.scope.EffectiveSalt(std::move(spec.cache_salt));
   ASSIGN_OR_RETURN(Prompt p,
                    ValidatePrompt(FieldsOf(req), spec.page_size, options_));
   const BlockKey root = NamespaceRoot(spec);

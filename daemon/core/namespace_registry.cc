@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "gpu/namespace_geometry.h"
 #include "radixkv/errors.h"
-#include "radixkv/namespace_spec.h"
 
 namespace radixkv::daemon {
 
@@ -36,11 +36,11 @@ NamespaceRegistry::NamespaceRegistry(const RegistryOptions& options)
     : options_(options) {}
 
 absl::StatusOr<NamespaceEntry> NamespaceRegistry::Bind(
-    const NamespaceSpec& spec, const NamespaceQuota& quota) {
-  absl::StatusOr<NamespaceEntry> e = BindOnce(spec, quota);
+    const NamespaceSpec& spec, const TenantScope& owner) {
+  absl::StatusOr<NamespaceEntry> e = BindOnce(spec, owner);
   if (absl::IsResourceExhausted(e.status()) && tree() != nullptr &&
       ForgetUnused() != 0) {
-    e = BindOnce(spec, quota);  // the tree (or the tenant) has room now
+    e = BindOnce(spec, owner);  // the tree (or the tenant) has room now
   }
   return e;
 }
@@ -77,31 +77,30 @@ size_t NamespaceRegistry::ForgetUnused() {
 }
 
 absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindOnce(
-    const NamespaceSpec& spec, const NamespaceQuota& quota) {
+    const NamespaceSpec& spec, const TenantScope& owner) {
   const BlockKey root = NamespaceRoot(spec);
   absl::MutexLock lock(&mu_);
   if (auto it = namespaces_.find(root); it != namespaces_.end()) {
+    // The root hashes the effective salt, which is one tenant's.
+    assert(owner.Owns(it->second.tenant) &&
+           "Bind: another tenant's namespace");
     ++bound_[root];
     return it->second;
   }
-  if (quota.max != 0) {
+  if (const uint32_t max = owner.max_namespaces(); max != 0) {
     uint32_t held = 0;
     for (const auto& [r, e] : namespaces_) {
-      absl::string_view salt = e.spec.cache_salt;
-      if (absl::ConsumePrefix(&salt, quota.salt_prefix) &&
-          (salt.empty() || salt[0] == '/')) {
-        ++held;
-      }
+      if (owner.Owns(e.tenant)) ++held;
     }
-    if (held >= quota.max) {
+    if (held >= max) {
       return FieldError(absl::StatusCode::kResourceExhausted, "namespace",
                         v1::ERROR_REASON_LIMIT,
-                        absl::StrCat("tenant ", quota.tenant, " has ", held,
+                        absl::StrCat("tenant ", owner.name(), " has ", held,
                                      " namespaces, its limit max_namespaces=",
-                                     quota.max, " (--tenants) is reached"));
+                                     max, " (--tenants) is reached"));
     }
   }
-  if (tree_owner_ == nullptr) return BindFirst(spec, root, quota.account);
+  if (tree_owner_ == nullptr) return BindFirst(spec, root, owner);
   // A none pool has no page memory, but its layout is still fixed by the
   // first namespace so that moving to a real pool changes nothing.
   const uint64_t page_bytes = NamespacePageBytes(spec);
@@ -120,14 +119,14 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindOnce(
                            first_model_, "')"));
   }
   absl::StatusOr<NamespaceId> id =
-      tree_owner_->RegisterNamespace(spec, quota.account);
+      tree_owner_->RegisterNamespace(spec, owner.account());
   if (!id.ok()) {
     return WithField("namespace", absl::IsResourceExhausted(id.status())
                                       ? v1::ERROR_REASON_LIMIT
                                       : v1::ERROR_REASON_INVALID,
                      id.status());
   }
-  return Record(*id, spec, root);
+  return Record(*id, spec, root, owner);
 }
 
 absl::Status NamespaceRegistry::CheckFirstLayout(uint64_t page_bytes) const {
@@ -155,7 +154,7 @@ absl::Status NamespaceRegistry::CheckFirstLayout(uint64_t page_bytes) const {
 }
 
 absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
-    const NamespaceSpec& spec, const BlockKey& root, uint32_t account) {
+    const NamespaceSpec& spec, const BlockKey& root, const TenantScope& owner) {
   const uint64_t page_bytes = NamespacePageBytes(spec);
   RETURN_IF_ERROR(CheckFirstLayout(page_bytes));
   if (options_.pool.backend != gpu::Backend::kNone && page_bytes == 0) {
@@ -186,7 +185,8 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
   for (uint32_t a = 0; a < options_.account_limits.size(); ++a) {
     RETURN_IF_ERROR(tree->SetAccountLimits(a, options_.account_limits[a]));
   }
-  ASSIGN_OR_RETURN(NamespaceId id, tree->RegisterNamespace(spec, account));
+  ASSIGN_OR_RETURN(NamespaceId id,
+                   tree->RegisterNamespace(spec, owner.account()));
   if (options_.on_pool_created) RETURN_IF_ERROR(options_.on_pool_created(*pool));
   pool_owner_ = std::move(pool);
   tree_owner_ = std::move(tree);
@@ -202,16 +202,19 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
                    tree_owner_->vector_walk(spec.page_size) ? "AVX2"
                                                             : "portable",
                    " token walk"));
-  return Record(id, spec, root);
+  return Record(id, spec, root, owner);
 }
 
 NamespaceEntry NamespaceRegistry::Record(NamespaceId id,
                                          const NamespaceSpec& spec,
-                                         const BlockKey& root) {
-  NamespaceEntry e{id, spec, root};
+                                         const BlockKey& root,
+                                         const TenantScope& owner) {
+  NamespaceEntry e{id, spec, root, owner.name()};
   // A root is recorded once (Bind finds it first), and the tree hands out
-  // an id again only after it was forgotten here.
+  // an id again only after it was forgotten here; every namespace has its
+  // tenant.
   assert(!namespaces_.contains(root) && !roots_.contains(id));
+  assert(!e.tenant.empty());
   namespaces_[root] = e;
   roots_[id] = root;
   ++bound_[root];
@@ -239,6 +242,15 @@ std::vector<NamespaceEntry> NamespaceRegistry::WithPageSize(
 absl::flat_hash_map<NamespaceId, BlockKey> NamespaceRegistry::Roots() const {
   absl::ReaderMutexLock lock(&mu_);
   return roots_;
+}
+
+absl::flat_hash_map<NamespaceId, std::string> NamespaceRegistry::Tenants()
+    const {
+  absl::flat_hash_map<NamespaceId, std::string> out;
+  absl::ReaderMutexLock lock(&mu_);
+  out.reserve(namespaces_.size());
+  for (const auto& [root, e] : namespaces_) out.emplace(e.id, e.tenant);
+  return out;
 }
 
 void NamespaceRegistry::FillPoolInfo(v1::PoolInfo* info) const {

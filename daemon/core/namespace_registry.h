@@ -16,6 +16,13 @@
 // go to another namespace. A caller that looks an id up without a session
 // (Match, Explain, DumpTree) holds GuardIds() until it is done with it.
 //
+// Each namespace records the tenant of the scope that bound it
+// (TenantScope::name): inspection decides visibility by that record, and a
+// tenant's max_namespaces counts the namespaces recorded as its; the tree
+// keeps the namespace in that tenant's account. A namespace's effective salt
+// is its tenant's (tenant_scope.h), so every later bind of it is by the same
+// tenant.
+//
 // Thread safety: thread-safe. tree() and pool() are published once (release
 // ordering) and never change afterwards, so they are read without a lock.
 // Lock order: the id guard, then the registry's mutex, then the tree's.
@@ -34,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/events/event_log.h"
+#include "daemon/trust/tenant_scope.h"
 #include "gpu/pool.h"
 #include "radix/radix_tree.h"
 #include "radixkv/v1/radixkv.pb.h"
@@ -44,6 +52,8 @@ struct NamespaceEntry {
   NamespaceId id = 0;
   NamespaceSpec spec;
   BlockKey root;
+  // The tenant that bound it (TenantScope::name of the binder); never empty.
+  std::string tenant;
 };
 
 struct RegistryOptions {
@@ -71,29 +81,21 @@ struct RegistryOptions {
   std::function<absl::Status(const gpu::PagePool&)> on_pool_created;
 };
 
-// A tenant's namespace quota: at most `max` namespaces whose cache_salt is
-// `salt_prefix` or starts with `salt_prefix` + "/" (max 0: no limit).
-struct NamespaceQuota {
-  std::string salt_prefix;
-  std::string tenant;
-  uint32_t max = 0;
-  // The tree account the tenant's namespaces belong to.
-  uint32_t account = 0;
-};
-
 class NamespaceRegistry {
  public:
   explicit NamespaceRegistry(const RegistryOptions& options);
   NamespaceRegistry(const NamespaceRegistry&) = delete;
   NamespaceRegistry& operator=(const NamespaceRegistry&) = delete;
 
-  // Registers `spec` (already validated), creating pool and tree on first
-  // use; an equal spec gets the same entry again. Errors name the field or
-  // the flag (--pool), or the tenant's max_namespaces (RESOURCE_EXHAUSTED),
-  // and change nothing.
+  // Registers `spec` (already validated, its cache_salt the effective one
+  // of `owner`), creating pool and tree on first use; an equal spec gets the
+  // same entry again. A new namespace is recorded as `owner`'s, in its tree
+  // account, if the tenant holds fewer than its max_namespaces. Errors name
+  // the field or the flag (--pool), or the tenant's max_namespaces
+  // (RESOURCE_EXHAUSTED), and change nothing.
   // A successful Bind counts one more session bound to the namespace.
   absl::StatusOr<NamespaceEntry> Bind(const NamespaceSpec& spec,
-                                      const NamespaceQuota& quota = {});
+                                      const TenantScope& owner);
   // One session fewer bound to the namespace `root`.
   void Unbind(const BlockKey& root);
   // Forgets every namespace that no session is bound to and that holds
@@ -118,6 +120,9 @@ class NamespaceRegistry {
                                            const BlockKey& except) const;
   // Namespace id -> root, for every registered namespace.
   absl::flat_hash_map<NamespaceId, BlockKey> Roots() const;
+  // Namespace id -> the tenant recorded for it, for every registered
+  // namespace.
+  absl::flat_hash_map<NamespaceId, std::string> Tenants() const;
 
   // nullptr until the first namespace binds.
   RadixTree* tree() const { return tree_.load(std::memory_order_acquire); }
@@ -129,18 +134,20 @@ class NamespaceRegistry {
  private:
   // Creates pool and tree for the first namespace. REQUIRES: mu_ held.
   absl::StatusOr<NamespaceEntry> BindOnce(const NamespaceSpec& spec,
-                                          const NamespaceQuota& quota);
+                                          const TenantScope& owner);
   absl::StatusOr<NamespaceEntry> BindFirst(const NamespaceSpec& spec,
                                            const BlockKey& root,
-                                           uint32_t account)
+                                           const TenantScope& owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the first namespace's page_bytes may fix the pool: equal to
   // --pool's page_bytes when set, and dividing the pool into at most
   // max_pool_pages pages.
   absl::Status CheckFirstLayout(uint64_t page_bytes) const;
-  // Records a namespace the tree registered. REQUIRES: mu_ held.
+  // Records a namespace the tree registered as `owner`'s. REQUIRES: mu_
+  // held.
   NamespaceEntry Record(NamespaceId id, const NamespaceSpec& spec,
-                        const BlockKey& root) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                        const BlockKey& root, const TenantScope& owner)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
 

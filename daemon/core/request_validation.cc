@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "gpu/namespace_geometry.h"
 #include "radixkv/defaults.h"
 #include "radixkv/errors.h"
 #include "radixkv/namespace_spec.h"

@@ -46,7 +46,7 @@ absl::StatusOr<SessionEntry> SessionTable::Create(
     uint32_t of_peer = 0, of_tenant = 0;
     for (const auto& [id, e] : sessions_) {
       if (e.peer.Principal() == principal) ++of_peer;
-      if (e.tenant == caller.tenant->name) ++of_tenant;
+      if (caller.scope.Owns(e.tenant)) ++of_tenant;
     }
     if (limits.per_peer != 0 && of_peer >= limits.per_peer) {
       return FieldError(absl::StatusCode::kResourceExhausted, "sessions",
@@ -59,7 +59,7 @@ absl::StatusOr<SessionEntry> SessionTable::Create(
     if (limits.per_tenant != 0 && of_tenant >= limits.per_tenant) {
       return FieldError(absl::StatusCode::kResourceExhausted, "sessions",
                         v1::ERROR_REASON_LIMIT,
-                        absl::StrCat("tenant ", caller.tenant->name, " has ",
+                        absl::StrCat("tenant ", caller.scope.name(), " has ",
                                      of_tenant, " sessions open, its limit "
                                      "max_sessions=", limits.per_tenant,
                                      " (--tenants) is reached"));
@@ -73,7 +73,7 @@ absl::StatusOr<SessionEntry> SessionTable::Create(
   s.binding = binding;
   s.client_name = std::string(client_name);
   s.peer = caller.peer;
-  s.tenant = caller.tenant->name;
+  s.tenant = caller.scope.name();
   s.device = device;
   s.created = absl::Now();
   return s;

@@ -46,6 +46,7 @@ struct SessionEntry {
   SessionBinding binding;
   std::string client_name;
   PeerIdentity peer;
+  // The opener's tenant (TenantScope::name), recorded at Create.
   std::string tenant;
   int32_t device = 0;
   absl::Time created;

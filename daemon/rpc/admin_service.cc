@@ -115,13 +115,11 @@ grpc::ServerUnaryReactor* AdminService::GetStats(
       [&](const Caller& c, const v1::GetStatsRequest&,
           v1::GetStatsResponse* resp) {
         env_.cache->GetStats(resp->mutable_stats());
-        if (!c.admin) {
-          // A tenant sees its own share of the pool, no one else's.
-          auto* tenants = resp->mutable_stats()->mutable_tenants();
-          for (int i = tenants->size() - 1; i >= 0; --i) {
-            if (tenants->Get(i).name() != c.tenant->name) {
-              tenants->DeleteSubrange(i, 1);
-            }
+        // A tenant sees its own share of the pool, no one else's.
+        auto* tenants = resp->mutable_stats()->mutable_tenants();
+        for (int i = tenants->size() - 1; i >= 0; --i) {
+          if (!c.scope.Sees(tenants->Get(i).name())) {
+            tenants->DeleteSubrange(i, 1);
           }
         }
         return absl::OkStatus();
@@ -208,7 +206,7 @@ grpc::ServerUnaryReactor* AdminService::ListSessions(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* AdminService::WatchEvents(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* body) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = StartCall(env_, Method::kWatchEvents);
   v1::WatchEventsRequest req;
   absl::StatusOr<Caller> caller =
       AdmitRequest(ctx, env_, Method::kWatchEvents, body, &req);

@@ -43,6 +43,7 @@ class KvService::SessionReactor final
     if (!s.ok()) {
       const ServiceEnv& env = service_->env_;
       if (env.metrics != nullptr) {
+        env.metrics->Started(Method::kSession);
         env.metrics->Record(Method::kSession, s, absl::Now() - start);
       }
       FinishOnce(s);
@@ -96,7 +97,7 @@ class KvService::SessionReactor final
   absl::Status Handle(const v1::SessionRequest& req) {
     switch (req.kind_case()) {
       case v1::SessionRequest::kOpen: {
-        const absl::Time start = absl::Now();
+        const absl::Time start = StartCall(service_->env_, Method::kSession);
         absl::Status s = Open(req.open());
         const ServiceEnv& env = service_->env_;
         if (env.metrics != nullptr) {
@@ -184,7 +185,7 @@ class KvService::SessionReactor final
     if (LogEnabled(LogLevel::kDebug)) {
       Log(LogLevel::kDebug,
           absl::StrCat("session ", id, " opened by ", caller->peer.ToString(),
-                       " (tenant ", caller->tenant->name, ", ",
+                       " (tenant ", caller->scope.name(), ", ",
                        open.client_name(), ")"));
     }
     return absl::OkStatus();
@@ -299,7 +300,7 @@ class AcquireReactor final : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* KvService::Acquire(grpc::CallbackServerContext* ctx,
                                              const grpc::ByteBuffer* body,
                                              grpc::ByteBuffer* reply) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = StartCall(env_, Method::kAcquire);
   v1::AcquireRequest req;
   v1::AcquireResponse resp;
   absl::StatusOr<Caller> caller =

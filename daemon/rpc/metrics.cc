@@ -1,12 +1,25 @@
 #include "daemon/rpc/metrics.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <utility>
 
+#include "CivetServer.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "civetweb.h"
 #include "daemon/core/cache.h"
 #include "daemon/rpc/process_metrics.h"
+#include "prometheus/labels.h"
 #include "prometheus/text_serializer.h"
 
 namespace radixkv::daemon {
@@ -41,6 +54,166 @@ const char* CodeName(absl::StatusCode code) {
     case absl::StatusCode::kUnauthenticated: return "UNAUTHENTICATED";
     default: return "UNKNOWN";
   }
+}
+
+// A status code as go-grpc-prometheus's grpc_code label spells it (Go's
+// codes.Code names).
+const char* GrpcCodeName(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk: return "OK";
+    case absl::StatusCode::kCancelled: return "Canceled";
+    case absl::StatusCode::kUnknown: return "Unknown";
+    case absl::StatusCode::kInvalidArgument: return "InvalidArgument";
+    case absl::StatusCode::kDeadlineExceeded: return "DeadlineExceeded";
+    case absl::StatusCode::kNotFound: return "NotFound";
+    case absl::StatusCode::kAlreadyExists: return "AlreadyExists";
+    case absl::StatusCode::kPermissionDenied: return "PermissionDenied";
+    case absl::StatusCode::kResourceExhausted: return "ResourceExhausted";
+    case absl::StatusCode::kFailedPrecondition: return "FailedPrecondition";
+    case absl::StatusCode::kAborted: return "Aborted";
+    case absl::StatusCode::kOutOfRange: return "OutOfRange";
+    case absl::StatusCode::kUnimplemented: return "Unimplemented";
+    case absl::StatusCode::kInternal: return "Internal";
+    case absl::StatusCode::kUnavailable: return "Unavailable";
+    case absl::StatusCode::kDataLoss: return "DataLoss";
+    case absl::StatusCode::kUnauthenticated: return "Unauthenticated";
+    default: return "Unknown";
+  }
+}
+
+// The grpc_service, grpc_method and grpc_type labels of a method.
+prometheus::Labels GrpcLabels(Method m) {
+  const bool kv = m == Method::kSession || m == Method::kAcquire ||
+                  m == Method::kCommit || m == Method::kRelease ||
+                  m == Method::kMatch;
+  const char* type = m == Method::kSession       ? "bidi_stream"
+                     : m == Method::kWatchEvents ? "server_stream"
+                                                 : "unary";
+  return {{"grpc_service", kv ? "radixkv.v1.KvCache" : "radixkv.v1.Admin"},
+          {"grpc_method", MethodName(m)},
+          {"grpc_type", type}};
+}
+
+// ---- /readyz ----------------------------------------------------------------
+//
+// prometheus::Exposer serves only exposition text, so /readyz is answered in
+// civetweb's begin_request callback, before the exposer's handlers. The
+// callback has no user data of its own: each serving Metrics registers its
+// readiness under the port it listens on (one exposer per port).
+
+struct ReadyzRegistry {
+  absl::Mutex mu;
+  absl::flat_hash_map<int, const std::atomic<int>*> by_port ABSL_GUARDED_BY(mu);
+};
+
+ReadyzRegistry& Readyz() {
+  static auto* registry = new ReadyzRegistry;
+  return *registry;
+}
+
+// The values of Metrics::ready_.
+constexpr int kStarting = 0;
+constexpr int kReady = 1;
+constexpr int kStopping = 2;
+
+// Answers GET/HEAD /readyz; 0 (civetweb goes on) for every other path.
+int BeginRequest(mg_connection* conn) {
+  const mg_request_info* ri = mg_get_request_info(conn);
+  if (ri == nullptr || ri->local_uri == nullptr ||
+      std::strcmp(ri->local_uri, "/readyz") != 0) {
+    return 0;
+  }
+  int state = kStarting;  // not registered yet: Serve has not returned
+  {
+    ReadyzRegistry& r = Readyz();
+    absl::MutexLock lock(&r.mu);
+    auto it = r.by_port.find(ri->server_port);
+    if (it != r.by_port.end()) state = it->second->load(std::memory_order_acquire);
+  }
+  const std::string body =
+      state == kReady      ? "ready\n"
+      : state == kStopping ? "not ready: draining\n"
+                           : "not ready: starting\n";
+  const int code = state == kReady ? 200 : 503;
+  const std::string head = absl::StrCat(
+      "HTTP/1.1 ", code, code == 200 ? " OK" : " Service Unavailable",
+      "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ",
+      body.size(), "\r\nCache-Control: no-store\r\n\r\n");
+  mg_write(conn, head.data(), head.size());
+  if (ri->request_method == nullptr ||
+      std::strcmp(ri->request_method, "HEAD") != 0) {
+    mg_write(conn, body.data(), body.size());
+  }
+  return code;
+}
+
+const CivetCallbacks* ExposerCallbacks() {
+  static const CivetCallbacks* callbacks = [] {
+    auto* c = new CivetCallbacks();
+    c->begin_request = BeginRequest;
+    return c;
+  }();
+  return callbacks;
+}
+
+// Why --metrics_listen=`listen` cannot be listened on, found by binding it
+// once more after the exposer failed with `what`: UNAVAILABLE for an
+// address in use (another process holds it; a restart may find it free),
+// INVALID_ARGUMENT for an address this machine cannot listen on.
+absl::Status ListenError(const std::string& listen, const char* what) {
+  const std::string flag = absl::StrCat("--metrics_listen=", listen);
+  const size_t colon = listen.rfind(':');
+  uint32_t port = 0;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(absl::string_view(listen).substr(colon + 1), &port) ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": cannot listen (want HOST:PORT with a port in 0..65535, e.g. "
+        "127.0.0.1:9464; an empty value turns metrics off)"));
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = absl::StrCat(port);
+  const int gai = getaddrinfo(host.empty() ? nullptr : host.c_str(),
+                              service.c_str(), &hints, &found);
+  if (gai != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": cannot listen (host '", host, "': ", gai_strerror(gai), ")"));
+  }
+  int err = 0;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC,
+                          a->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    const bool bound = bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    err = bound ? 0 : errno;
+    close(fd);
+    if (bound || err == EADDRINUSE) break;
+  }
+  freeaddrinfo(found);
+  if (err == EADDRINUSE) {
+    return absl::UnavailableError(absl::StrCat(
+        flag, ": cannot listen (address in use); stop what holds the port "
+        "(often the previous radixkvd, still draining), pass another "
+        "--metrics_listen, or --metrics_listen= to turn metrics off"));
+  }
+  if (err != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot listen (", std::strerror(err), ")"));
+  }
+  return absl::UnavailableError(
+      absl::StrCat(flag, ": cannot listen (", what, ")"));
 }
 
 prometheus::MetricFamily Family(const char* name, const char* help,
@@ -262,7 +435,7 @@ class Metrics::StateCollector : public prometheus::Collectable {
   const Cache* cache_;
 };
 
-// /healthz and /readyz: "radixkv_up 1".
+// /healthz: "radixkv_up 1".
 class Metrics::ProbeCollector : public prometheus::Collectable {
  public:
   std::vector<prometheus::MetricFamily> Collect() const override {
@@ -287,37 +460,74 @@ Metrics::Metrics(const Cache* cache)
                     .Name("radixkv_request_duration_seconds")
                     .Help("RPC handling time in the daemon, by method.")
                     .Register(*registry_);
+  // go-grpc-prometheus's server metrics, for dashboards and alerts written
+  // against them.
+  grpc_started_ = &prometheus::BuildCounter()
+                       .Name("grpc_server_started_total")
+                       .Help("RPCs started on the server.")
+                       .Register(*registry_);
+  grpc_handled_ = &prometheus::BuildCounter()
+                       .Name("grpc_server_handled_total")
+                       .Help("RPCs completed on the server, regardless of "
+                             "success or failure, by gRPC status code.")
+                       .Register(*registry_);
+  grpc_handling_ = &prometheus::BuildHistogram()
+                        .Name("grpc_server_handling_seconds")
+                        .Help("Response latency (seconds) of RPCs handled by "
+                              "the server.")
+                        .Register(*registry_);
   for (int i = 0; i < static_cast<int>(Method::kCount); ++i) {
-    const char* name = MethodName(static_cast<Method>(i));
+    const Method m = static_cast<Method>(i);
+    const char* name = MethodName(m);
     series_[i].duration =
         &durations_->Add({{"method", name}}, LatencyBuckets());
     series_[i].by_code[0].store(
         &requests_->Add({{"method", name}, {"code", "OK"}}));
+    const prometheus::Labels grpc = GrpcLabels(m);
+    series_[i].grpc_started = &grpc_started_->Add(grpc);
+    series_[i].grpc_handling = &grpc_handling_->Add(grpc, LatencyBuckets());
+    prometheus::Labels ok = grpc;
+    ok["grpc_code"] = "OK";
+    series_[i].grpc_by_code[0].store(&grpc_handled_->Add(ok));
   }
 }
 
-Metrics::~Metrics() { exposer_.reset(); }
+Metrics::~Metrics() { StopServing(); }
 
-void Metrics::StopServing() { exposer_.reset(); }
+void Metrics::StopServing() {
+  ready_.store(kStopping, std::memory_order_release);
+  // Stopping the exposer waits for the requests in flight; only then may
+  // /readyz forget this port.
+  exposer_.reset();
+  if (readyz_port_ != 0) {
+    ReadyzRegistry& r = Readyz();
+    absl::MutexLock lock(&r.mu);
+    auto it = r.by_port.find(readyz_port_);
+    if (it != r.by_port.end() && it->second == &ready_) r.by_port.erase(it);
+    readyz_port_ = 0;
+  }
+}
 
 absl::Status Metrics::Serve(const std::string& listen) {
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
+    exposer_ = std::make_unique<prometheus::Exposer>(listen, 2,
+                                                     ExposerCallbacks());
   } catch (const std::exception& e) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "metrics_listen ", listen,
-        ": address in use or cannot be bound (", e.what(),
-        "); pass another --metrics_listen, or --metrics_listen= to disable"));
+    return ListenError(listen, e.what());
   }
   exposer_->RegisterCollectable(registry_);
   exposer_->RegisterCollectable(state_);
+  readyz_port_ = port();
+  ReadyzRegistry& r = Readyz();
+  absl::MutexLock lock(&r.mu);
+  r.by_port[readyz_port_] = &ready_;
   return absl::OkStatus();
 }
 
 void Metrics::MarkReady() {
   if (exposer_ == nullptr) return;
   exposer_->RegisterCollectable(probe_, "/healthz");
-  exposer_->RegisterCollectable(probe_, "/readyz");
+  ready_.store(kReady, std::memory_order_release);
 }
 
 int Metrics::port() const {
@@ -340,6 +550,20 @@ void Metrics::Record(Method method, const absl::Status& status,
     s.by_code[slot].store(c, std::memory_order_release);
   }
   c->Increment();
+
+  s.grpc_handling->Observe(absl::ToDoubleSeconds(latency));
+  prometheus::Counter* g = s.grpc_by_code[slot].load(std::memory_order_acquire);
+  if (g == nullptr) {
+    prometheus::Labels labels = GrpcLabels(method);
+    labels["grpc_code"] = GrpcCodeName(static_cast<absl::StatusCode>(slot));
+    g = &grpc_handled_->Add(labels);
+    s.grpc_by_code[slot].store(g, std::memory_order_release);
+  }
+  g->Increment();
+}
+
+void Metrics::Started(Method method) {
+  series_[static_cast<int>(method)].grpc_started->Increment();
 }
 
 std::string Metrics::Render() const {

@@ -3,8 +3,12 @@
 // Metrics: radixkvd's Prometheus export (the metrics of docs/OPERATIONS.md).
 // Two sources:
 //   * per-RPC counters and latency histograms, recorded by the service layer
-//     through Record() (radixkv_requests_total{method,code},
-//     radixkv_request_duration_seconds{method});
+//     through Started() and Record() (radixkv_requests_total{method,code},
+//     radixkv_request_duration_seconds{method}), and the same calls under
+//     go-grpc-prometheus's names (grpc_server_started_total,
+//     grpc_server_handled_total and grpc_server_handling_seconds, labelled
+//     grpc_service, grpc_method, grpc_type and, for handled, grpc_code in
+//     Go's spelling: OK, InvalidArgument, ...);
 //   * cache state (pages by state, capacity, hits, evictions, sessions,
 //     leases, ...), produced at scrape time from one Cache::GetStats()
 //     snapshot, so no RPC pays for it.
@@ -12,10 +16,11 @@
 //
 //   auto metrics = std::make_unique<Metrics>(&cache);  // cache outlives it
 //   RETURN_IF_ERROR(metrics->Serve("127.0.0.1:9464"));  // /metrics over HTTP
-//   metrics->Record(Method::kAcquire, status, absl::Now() - start);  // per RPC
+//   metrics->Started(Method::kAcquire);                              // per RPC
+//   metrics->Record(Method::kAcquire, status, absl::Now() - start);
 //
-// Thread safety: thread-safe. Record() takes no lock on its fast path once a
-// (method, code) series exists.
+// Thread safety: thread-safe. Started() and Record() take no lock on their
+// fast path once a (method, code) series exists.
 #ifndef RADIXKV_DAEMON_RPC_METRICS_H_
 #define RADIXKV_DAEMON_RPC_METRICS_H_
 
@@ -66,12 +71,17 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // Starts the HTTP exposer on HOST:PORT serving /metrics. A port already
-  // in use is FAILED_PRECONDITION "metrics_listen HOST:PORT: address in use"
-  // (or cannot bind). REQUIRES: called at most once.
+  // Starts the HTTP exposer on HOST:PORT serving /metrics, and /readyz:
+  // plain text, 503 "not ready: starting" until MarkReady, then 200
+  // "ready". A port already in use is UNAVAILABLE "--metrics_listen=
+  // HOST:PORT: cannot listen (address in use); ..."; an address that cannot
+  // be listened on here (no HOST:PORT, a host that does not resolve or is
+  // not this machine's, a port not permitted) is INVALID_ARGUMENT
+  // "--metrics_listen=...: cannot listen (<why>)". REQUIRES: called at most
+  // once.
   absl::Status Serve(const std::string& listen);
-  // Adds /healthz and /readyz (200, "radixkv_up 1"): the daemon is up and
-  // serving. Before it they answer 404.
+  // The daemon is up and serving: /readyz answers 200 "ready", and
+  // /healthz is added (200, "radixkv_up 1"; 404 before).
   void MarkReady();
   // Stops the exposer: from the start of draining, every path (probes
   // included) refuses connections.
@@ -79,6 +89,10 @@ class Metrics {
   // The bound port (useful with port 0); 0 when not serving.
   int port() const;
 
+  // A call of `method` began (grpc_server_started_total). Each Started is
+  // followed by one Record when the call is answered.
+  void Started(Method method);
+  // A call of `method` was answered with `status` after `latency`.
   void Record(Method method, const absl::Status& status, absl::Duration latency);
 
   // The exposition text that /metrics serves (for tests and debugging).
@@ -90,6 +104,10 @@ class Metrics {
   struct MethodSeries {
     prometheus::Histogram* duration = nullptr;
     std::array<std::atomic<prometheus::Counter*>, 17> by_code{};
+    // The grpc_server_* series of the method.
+    prometheus::Counter* grpc_started = nullptr;
+    prometheus::Histogram* grpc_handling = nullptr;
+    std::array<std::atomic<prometheus::Counter*>, 17> grpc_by_code{};
   };
 
   std::shared_ptr<prometheus::Registry> registry_;
@@ -97,7 +115,14 @@ class Metrics {
   std::shared_ptr<ProbeCollector> probe_;
   prometheus::Family<prometheus::Counter>* requests_ = nullptr;
   prometheus::Family<prometheus::Histogram>* durations_ = nullptr;
+  prometheus::Family<prometheus::Counter>* grpc_started_ = nullptr;
+  prometheus::Family<prometheus::Counter>* grpc_handled_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* grpc_handling_ = nullptr;
   std::array<MethodSeries, static_cast<size_t>(Method::kCount)> series_;
+  // What /readyz answers: starting (0) until MarkReady, ready (1), then
+  // stopping (2) once StopServing begins.
+  std::atomic<int> ready_{0};
+  int readyz_port_ = 0;  // the port /readyz is registered under; 0: none
   std::unique_ptr<prometheus::Exposer> exposer_;
 };
 

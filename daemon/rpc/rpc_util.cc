@@ -25,7 +25,7 @@ absl::Status Admission(const grpc::CallbackServerContext* ctx,
 absl::StatusOr<Caller> AdmitCaller(const grpc::CallbackServerContext* ctx,
                                    const ServiceEnv& env, Method method) {
   if (absl::Status s = Admission(ctx, env); !s.ok()) return s;
-  if (env.policy == nullptr) return Caller::Local();
+  if (env.policy == nullptr) return Caller::Daemon();
   absl::StatusOr<Caller> caller =
       env.policy->Admit(IdentifyCall(*ctx, env.peers));
   if (!caller.ok()) {
@@ -38,11 +38,11 @@ absl::StatusOr<Caller> AdmitCaller(const grpc::CallbackServerContext* ctx,
 
 absl::Status RequireAdmin(const Caller& caller, Method method,
                           const ServiceEnv& env) {
-  if (caller.admin) return absl::OkStatus();
+  if (caller.scope.admin()) return absl::OkStatus();
   env.cache->CountPermissionDenied();
   Log(LogLevel::kWarning,
       absl::StrCat("audit: refused ", MethodName(method), " from ", caller.peer.ToString(),
-                   " (tenant ", caller.tenant->name, "): not an administrator"));
+                   " (tenant ", caller.scope.name(), "): not an administrator"));
   return FieldError(absl::StatusCode::kPermissionDenied, "peer",
                     v1::ERROR_REASON_PERMISSION_DENIED,
                     absl::StrCat(MethodName(method),
@@ -91,6 +91,11 @@ absl::StatusOr<Caller> AdmitRequest(const grpc::CallbackServerContext* ctx,
   absl::Status s = ParseBody(const_cast<grpc::ByteBuffer*>(body), msg);
   if (!s.ok()) return s;
   return caller;
+}
+
+absl::Time StartCall(const ServiceEnv& env, Method method) {
+  if (env.metrics != nullptr) env.metrics->Started(method);
+  return absl::Now();
 }
 
 void RecordUnary(const ServiceEnv& env, Method method, absl::Time start,

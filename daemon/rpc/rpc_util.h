@@ -61,7 +61,7 @@ struct ServiceEnv {
   Cache* cache = nullptr;
   Metrics* metrics = nullptr;            // may be null (metrics off)
   const std::atomic<bool>* draining = nullptr;
-  const AccessPolicy* policy = nullptr;  // null: every peer is Caller::Local
+  const AccessPolicy* policy = nullptr;  // null: every peer is Caller::Daemon
   const PeerRegistry* peers = nullptr;   // null: no Unix listener
 };
 
@@ -79,6 +79,11 @@ absl::StatusOr<Caller> AdmitCaller(const grpc::CallbackServerContext* ctx,
 // administrator; every refusal is counted and logged with the peer.
 absl::Status RequireAdmin(const Caller& caller, Method method,
                           const ServiceEnv& env);
+
+// A call of `method` begins: counts it as started (Metrics::Started) and
+// returns the time its latency is measured from. Every StartCall is
+// followed by one RecordUnary (or Metrics::Record) of the same method.
+absl::Time StartCall(const ServiceEnv& env, Method method);
 
 // Records `status` and the latency since `start` for `method`.
 void RecordUnary(const ServiceEnv& env, Method method, absl::Time start,
@@ -121,7 +126,7 @@ grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* ctx,
                                    const ServiceEnv& env, Method method,
                                    const grpc::ByteBuffer* body,
                                    grpc::ByteBuffer* reply, Fn&& fn) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = StartCall(env, method);
   Req req;
   Resp resp;
   absl::StatusOr<Caller> caller = AdmitRequest(ctx, env, method, body, &req);

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "daemon/rpc/admin_service.h"
 #include "daemon/rpc/kv_service.h"
 #include "base/log.h"
@@ -198,8 +199,12 @@ absl::StatusOr<gpu::PoolSpec> CheckOptions(const ServerOptions& options) {
   }
   absl::StatusOr<gpu::PoolSpec> pool = gpu::ParsePoolSpec(options.pool);
   if (!pool.ok()) {
+    // ParsePoolSpec's messages name the flag ("--pool: ..."); here it is
+    // named once, with its value.
+    absl::string_view why = pool.status().message();
+    absl::ConsumePrefix(&why, "--pool: ");
     return absl::InvalidArgumentError(
-        absl::StrCat("--pool ", options.pool, ": ", pool.status().message()));
+        absl::StrCat("--pool=", options.pool, ": ", why));
   }
   if (options.cache.max_pool_pages == 0 ||
       options.cache.max_pool_pages >= kNoPage) {
@@ -211,13 +216,13 @@ absl::StatusOr<gpu::PoolSpec> CheckOptions(const ServerOptions& options) {
   // rather than by every session open.
   if (absl::Status usable = gpu::CheckPoolUsable(*pool); !usable.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--pool ", options.pool, ": cannot be served here: ",
+        "--pool=", options.pool, ": cannot be served here: ",
         usable.message()));
   }
   if (pool->backend == gpu::Backend::kNone &&
       pool->pages > options.cache.max_pool_pages) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--pool ", options.pool, ": pages=", pool->pages,
+        "--pool=", options.pool, ": pages=", pool->pages,
         " exceeds --max_pool_pages=", options.cache.max_pool_pages));
   }
   return pool;
@@ -275,7 +280,7 @@ absl::Status Server::Init() {
     const Cache* cache = cache_.get();
     auto lora = [cache](const BlockKey& root) -> std::string {
       v1::ListNamespacesResponse resp;
-      cache->ListNamespaces(&resp);
+      cache->ListNamespaces(&resp, Caller::Daemon());
       for (const v1::NamespaceEntry& e : resp.namespaces()) {
         if (e.namespace_id() == root.ToCanonical()) return e.namespace_().lora();
       }

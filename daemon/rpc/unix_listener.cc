@@ -36,27 +36,43 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Start(
     return absl::UnavailableError(absl::StrCat(
         "--socket ", path, ": cannot bind: ", std::strerror(errno)));
   }
-  if (chmod(path.c_str(), mode) != 0) {
-    return absl::InternalError(absl::StrCat("--socket ", path, ": chmod: ",
+  // From here on the listener owns the file bind() created; a failure below
+  // removes it.
+  struct stat bound;
+  if (lstat(path.c_str(), &bound) != 0) {
+    return absl::InternalError(absl::StrCat("--socket ", path, ": lstat: ",
                                             std::strerror(errno)));
   }
+  auto fail = [&](absl::Status s) {
+    unlink(path.c_str());
+    return s;
+  };
+  if (chmod(path.c_str(), mode) != 0) {
+    return fail(absl::InternalError(absl::StrCat(
+        "--socket ", path, ": chmod: ", std::strerror(errno))));
+  }
   if (listen(fd.get(), 512) != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "--socket ", path, ": cannot listen: ", std::strerror(errno)));
+    return fail(absl::UnavailableError(absl::StrCat(
+        "--socket ", path, ": cannot listen: ", std::strerror(errno))));
   }
   gpu::UniqueFd wake(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) {
-    return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
+    return fail(absl::InternalError(
+        absl::StrCat("eventfd: ", std::strerror(errno))));
   }
-  std::unique_ptr<UnixListener> l(
-      new UnixListener(std::move(fd), std::move(wake), registry, server));
+  std::unique_ptr<UnixListener> l(new UnixListener(
+      path, std::move(fd), std::move(wake), registry, server));
+  l->socket_dev_ = bound.st_dev;
+  l->socket_ino_ = bound.st_ino;
   l->thread_ = std::thread([p = l.get()] { p->Run(); });
   return l;
 }
 
-UnixListener::UnixListener(gpu::UniqueFd listen_fd, gpu::UniqueFd wake_fd,
-                           PeerRegistry* registry, grpc::Server* server)
-    : listen_fd_(std::move(listen_fd)),
+UnixListener::UnixListener(std::string path, gpu::UniqueFd listen_fd,
+                           gpu::UniqueFd wake_fd, PeerRegistry* registry,
+                           grpc::Server* server)
+    : path_(std::move(path)),
+      listen_fd_(std::move(listen_fd)),
       wake_fd_(std::move(wake_fd)),
       registry_(registry),
       server_(server) {}
@@ -65,6 +81,13 @@ UnixListener::~UnixListener() {
   const uint64_t one = 1;
   (void)!write(wake_fd_.get(), &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
+  // Remove only the socket file this listener bound: once another process
+  // has replaced it (a newer daemon on the same path), the path is theirs.
+  struct stat st;
+  if (lstat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+      st.st_dev == socket_dev_ && st.st_ino == socket_ino_) {
+    unlink(path_.c_str());
+  }
 }
 
 void UnixListener::Run() {

@@ -9,10 +9,13 @@
 // closed.
 //
 // Thread safety: one accept thread; Start and the destructor from one
-// thread. The destructor stops accepting; connections already handed over
-// stay with gRPC.
+// thread. The destructor stops accepting and removes the socket file it
+// bound, unless the path now names another file (a newer daemon's socket);
+// connections already handed over stay with gRPC.
 #ifndef RADIXKV_DAEMON_RPC_UNIX_LISTENER_H_
 #define RADIXKV_DAEMON_RPC_UNIX_LISTENER_H_
+
+#include <sys/types.h>
 
 #include <memory>
 #include <string>
@@ -41,10 +44,14 @@ class UnixListener {
   UnixListener& operator=(const UnixListener&) = delete;
 
  private:
-  UnixListener(gpu::UniqueFd listen_fd, gpu::UniqueFd wake_fd,
-               PeerRegistry* registry, grpc::Server* server);
+  UnixListener(std::string path, gpu::UniqueFd listen_fd,
+               gpu::UniqueFd wake_fd, PeerRegistry* registry,
+               grpc::Server* server);
   void Run();
 
+  const std::string path_;
+  dev_t socket_dev_ = 0;  // the socket file bind() created at path_
+  ino_t socket_ino_ = 0;
   gpu::UniqueFd listen_fd_;
   gpu::UniqueFd wake_fd_;  // eventfd: written by the destructor
   PeerRegistry* const registry_;

@@ -6,8 +6,6 @@
 #include <sstream>
 #include <utility>
 
-#include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "radix/radix_tree.h"
@@ -17,8 +15,6 @@ namespace radixkv::daemon {
 namespace {
 
 using Json = nlohmann::json;
-
-constexpr absl::string_view kSaltPrefix = "tenant/";
 
 Tenant DefaultTenant() {
   Tenant t;
@@ -120,16 +116,11 @@ bool PeerMatcher::Matches(const PeerIdentity& peer) const {
   return false;
 }
 
-const Caller& Caller::Local() {
+const Caller& Caller::Daemon() {
   static const Tenant* const kDefault = new Tenant(DefaultTenant());
-  static const Caller* const kLocal = [] {
-    auto* c = new Caller;
-    c->peer = PeerIdentity::InProcess();
-    c->tenant = kDefault;
-    c->admin = true;
-    return c;
-  }();
-  return *kLocal;
+  static const Caller* const kDaemon = new Caller{
+      PeerIdentity::InProcess(), TenantScope(*kDefault, /*admin=*/true)};
+  return *kDaemon;
 }
 
 absl::StatusOr<std::unique_ptr<AccessPolicy>> AccessPolicy::Create(
@@ -147,6 +138,12 @@ absl::StatusOr<std::unique_ptr<AccessPolicy>> AccessPolicy::Create(
          p->unmatched_ < static_cast<int>(p->tenants_.size()));
   assert(!p->has_tenants_file() ||
          p->tenants_.back().account == p->tenants_.size());
+  // Only the built-in tenant (no file) keeps client salts unprefixed.
+  assert(std::all_of(p->tenants_.begin(), p->tenants_.end(),
+                     [&](const Tenant& t) {
+                       return TenantScope(t, false).EffectiveSalt("").empty() !=
+                              p->has_tenants_file();
+                     }));
   return p;
 }
 
@@ -193,7 +190,7 @@ absl::Status AccessPolicy::Load() {
                        absl::StrCat("\"", t.name, "\" is listed twice"));
       }
     }
-    t.salt_prefix = absl::StrCat(kSaltPrefix, t.name);
+    t.salt_prefix = TenantScope::SaltPrefixFor(t.name);
     if (absl::Status s = ReadMatcher(e, file, where, &t.members); !s.ok()) return s;
     if (absl::Status s = ReadQuota(e, "max_sessions", file, where, &t.max_sessions);
         !s.ok()) {
@@ -276,12 +273,12 @@ bool AccessPolicy::IsAdmin(const PeerIdentity& peer) const {
 }
 
 absl::StatusOr<Caller> AccessPolicy::Admit(const PeerIdentity& peer) const {
-  Caller c;
-  c.peer = peer;
-  c.admin = IsAdmin(peer);
+  const bool admin = IsAdmin(peer);
+  const auto admitted = [&](const Tenant& t) {
+    return Caller{peer, TenantScope(t, admin)};
+  };
   if (peer.transport == PeerIdentity::Transport::kInProcess) {
-    c.tenant = &tenants_[unmatched_ >= 0 ? unmatched_ : 0];
-    return c;
+    return admitted(tenants_[unmatched_ >= 0 ? unmatched_ : 0]);
   }
   if (peer.transport == PeerIdentity::Transport::kUnix && peer.pid < 0) {
     return FieldError(absl::StatusCode::kPermissionDenied, "peer",
@@ -291,54 +288,20 @@ absl::StatusOr<Caller> AccessPolicy::Admit(const PeerIdentity& peer) const {
   }
   if (has_tenants_file()) {
     for (const Tenant& t : tenants_) {
-      if (t.members.Matches(peer)) {
-        c.tenant = &t;
-        return c;
-      }
+      if (t.members.Matches(peer)) return admitted(t);
     }
   }
-  if (unmatched_ >= 0) {
-    c.tenant = &tenants_[unmatched_];
-    return c;
-  }
-  if (c.admin) {
+  if (unmatched_ >= 0) return admitted(tenants_[unmatched_]);
+  if (admin) {
     // An administrator that is no tenant's member may still administer;
     // it gets the first tenant for the worker API.
-    c.tenant = &tenants_.front();
-    return c;
+    return admitted(tenants_.front());
   }
   return FieldError(absl::StatusCode::kPermissionDenied, "peer",
                     v1::ERROR_REASON_PERMISSION_DENIED,
                     absl::StrCat("peer ", peer.ToString(),
                                  " belongs to no tenant in --tenants=",
                                  options_.tenants_file));
-}
-
-std::string AccessPolicy::EffectiveSalt(const Tenant& tenant,
-                                        absl::string_view client_salt) {
-  if (tenant.salt_prefix.empty()) return std::string(client_salt);
-  if (client_salt.empty()) return tenant.salt_prefix;
-  return absl::StrCat(tenant.salt_prefix, "/", client_salt);
-}
-
-std::string AccessPolicy::ClientSalt(const Tenant& tenant,
-                                     absl::string_view effective_salt) {
-  if (tenant.salt_prefix.empty()) return std::string(effective_salt);
-  absl::string_view s = effective_salt;
-  if (!absl::ConsumePrefix(&s, tenant.salt_prefix)) return std::string(s);
-  absl::ConsumePrefix(&s, "/");
-  return std::string(s);
-}
-
-const Tenant* AccessPolicy::TenantOfSalt(absl::string_view effective_salt) const {
-  if (!has_tenants_file()) return &tenants_.front();
-  for (const Tenant& t : tenants_) {
-    absl::string_view s = effective_salt;
-    if (absl::ConsumePrefix(&s, t.salt_prefix) && (s.empty() || s[0] == '/')) {
-      return &t;
-    }
-  }
-  return nullptr;
 }
 
 }  // namespace radixkv::daemon

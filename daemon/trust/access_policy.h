@@ -26,7 +26,8 @@
 // "refuse" (the default: every call is PERMISSION_DENIED) or the name of a
 // tenant that takes everyone else. Each tenant's namespaces get the
 // effective cache_salt "tenant/<name>" (or "tenant/<name>/<client salt>"),
-// so two tenants never share a block even when they send the same salt.
+// so two tenants never share a block even when they send the same salt
+// (the convention is TenantScope's, tenant_scope.h).
 // A quota of 0 (or absent) means no limit besides the daemon-wide ones.
 // Page quotas and eviction: each tenant's namespaces share one account of
 // the radix tree, so when the pool is full the tenant holding the most
@@ -53,8 +54,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "daemon/trust/peer_identity.h"
+#include "daemon/trust/tenant_scope.h"
 
 namespace radixkv::daemon {
 
@@ -79,7 +80,9 @@ struct Tenant {
   uint32_t max_cached_pages = 0;
   uint32_t max_pinned_pages = 0;
   uint32_t weight = 1;
-  // The salt prefix of its namespaces; empty for the built-in "default".
+  // The salt prefix of its namespaces: TenantScope::SaltPrefixFor(name) for
+  // a tenant of a --tenants file, empty for the built-in "default". The
+  // daemon reads it through TenantScope only.
   std::string salt_prefix;
 };
 
@@ -93,14 +96,17 @@ struct AccessOptions {
   uid_t self_uid = 0;
 };
 
-// A call's peer once admitted: its tenant (never null) and role.
+// A call's peer once admitted, and the tenant scope (tenant and role) it
+// acts in. Every Cache call names one; there is no default.
 struct Caller {
   PeerIdentity peer;
-  const Tenant* tenant = nullptr;
-  bool admin = false;
+  TenantScope scope;
 
-  // The daemon's own core calls: the default tenant, administrator.
-  static const Caller& Local();
+  // The daemon's own calls (its start-up hooks, and the in-process tests,
+  // fuzzers and benchmarks of Cache): an in-process peer, administrator,
+  // in the built-in "default" tenant (salts as sent, account 0, no limits).
+  // Used by name only where the daemon itself is the caller.
+  static const Caller& Daemon();
 };
 
 class AccessPolicy {
@@ -114,16 +120,6 @@ class AccessPolicy {
   // The caller's tenant and role. PERMISSION_DENIED, naming the peer, when
   // no tenant takes it.
   absl::StatusOr<Caller> Admit(const PeerIdentity& peer) const;
-
-  // The cache_salt a namespace of `tenant` is stored under.
-  static std::string EffectiveSalt(const Tenant& tenant,
-                                   absl::string_view client_salt);
-  // The client's salt back from an effective one (for listing to tenants).
-  static std::string ClientSalt(const Tenant& tenant,
-                                absl::string_view effective_salt);
-  // The tenant whose namespaces carry `effective_salt`; the default (or
-  // "unmatched") tenant for a salt without a tenant prefix; may be null.
-  const Tenant* TenantOfSalt(absl::string_view effective_salt) const;
 
   bool has_tenants_file() const { return !options_.tenants_file.empty(); }
   const std::vector<Tenant>& tenants() const { return tenants_; }

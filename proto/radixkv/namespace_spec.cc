@@ -1,8 +1,29 @@
 #include "radixkv/namespace_spec.h"
 
-#include "absl/strings/str_cat.h"
+#include <cstdint>
 
 namespace radixkv {
+
+namespace {
+
+constexpr bool SameValue(DType d, v1::DType wire) {
+  return static_cast<int64_t>(d) == static_cast<int64_t>(wire);
+}
+
+// DType (base/dtype.h) carries radixkv.v1.DType's values, all of them, so
+// the two convert by a cast.
+static_assert(SameValue(DType::kUnspecified, v1::DTYPE_UNSPECIFIED) &&
+                  SameValue(DType::kFloat32, v1::DTYPE_FLOAT32) &&
+                  SameValue(DType::kFloat16, v1::DTYPE_FLOAT16) &&
+                  SameValue(DType::kBFloat16, v1::DTYPE_BFLOAT16) &&
+                  SameValue(DType::kFloat8E4M3, v1::DTYPE_FLOAT8_E4M3) &&
+                  SameValue(DType::kFloat8E5M2, v1::DTYPE_FLOAT8_E5M2) &&
+                  SameValue(DType::kInt8, v1::DTYPE_INT8) &&
+                  v1::DType_MIN == v1::DTYPE_UNSPECIFIED &&
+                  v1::DType_MAX == v1::DTYPE_INT8,
+              "DType must carry radixkv.v1.DType's values");
+
+}  // namespace
 
 void NamespaceToProto(const NamespaceSpec& spec, v1::Namespace* out) {
   out->set_model(spec.model.data(), spec.model.size());
@@ -50,53 +71,6 @@ NamespaceSpec NamespaceFromProto(const v1::Namespace& ns) {
                                     ns.cross_layer().local_window()};
   }
   return spec;
-}
-
-std::optional<CrossLayerProblem> CheckCrossLayerKv(uint32_t num_layers,
-                                                   const CrossLayerKv& layout) {
-  const uint32_t s = layout.shared_from_layer;
-  if (num_layers < 2) {
-    return CrossLayerProblem{
-        "shared_from_layer",
-        absl::StrCat("needs num_layers >= 2 (one layer with its own K/V and "
-                     "one reading the shared bank); num_layers is ",
-                     num_layers)};
-  }
-  if (s == 0 || s >= num_layers) {
-    return CrossLayerProblem{
-        "shared_from_layer",
-        absl::StrCat(s, " is outside 1..", num_layers - 1,
-                     " (num_layers - 1: at least layer 0 keeps its own K/V "
-                     "and at least one layer reads the bank)")};
-  }
-  if (layout.local_window > kMaxCrossLayerWindow) {
-    return CrossLayerProblem{
-        "local_window", absl::StrCat(layout.local_window, " exceeds the limit ",
-                                     kMaxCrossLayerWindow, " tokens")};
-  }
-  return std::nullopt;
-}
-
-PageGeometry NamespaceGeometry(const NamespaceSpec& spec) {
-  static_assert(static_cast<uint32_t>(KvDType::kFloat32) ==
-                        static_cast<uint32_t>(DType::kFloat32) &&
-                    static_cast<uint32_t>(KvDType::kInt8) ==
-                        static_cast<uint32_t>(DType::kInt8),
-                "KvDType mirrors DType");
-  const auto dtype = static_cast<KvDType>(spec.dtype);
-  return MakePageGeometry(spec.KvGroups(), spec.num_kv_heads, spec.page_size,
-                          spec.head_dim,
-                          KvDTypeBytes(dtype) == 0 ? KvDType::kOpaque : dtype);
-}
-
-uint64_t NamespacePageBytes(const NamespaceSpec& spec) {
-  const PageGeometry g = NamespaceGeometry(spec);
-  return g.valid() && g.dtype != KvDType::kOpaque ? g.page_bytes() : 0;
-}
-
-uint64_t NamespaceScaleBytes(const NamespaceSpec& spec) {
-  const PageGeometry g = NamespaceGeometry(spec);
-  return g.valid() && g.scaled() ? g.page_bytes() - g.elems_bytes() : 0;
 }
 
 }  // namespace radixkv

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -597,9 +598,9 @@ class CtlTest(unittest.TestCase):
             ["match", "--dtype", "=", "b"], ["completion", ""], ["help", "tr"],
             ["--endpoint", "/tmp/x", "-o", "json", "ver"], ["stats", "--"])
         self.assertEqual(got[0], ["stats"])
-        commands = ["health", "stats", "namespaces", "sessions", "tree", "match", "explain",
-                    "hash", "evict", "clear", "watch", "size", "version", "completion",
-                    "help"]
+        commands = ["health", "endpoint", "stats", "namespaces", "sessions", "tree", "match",
+                    "explain", "hash", "evict", "clear", "watch", "size", "version",
+                    "completion", "help"]
         self.assertEqual(got[1], sorted(commands))
         self.assertEqual(got[2], ["--limit="])
         for flag in ("--limit=", "--max-depth=", "--no-headers", "--endpoint=", "-o",
@@ -608,10 +609,11 @@ class CtlTest(unittest.TestCase):
         self.assertEqual(got[4], ["json", "text"])
         self.assertEqual(got[5], ["json"])
         self.assertEqual(got[6], ["bf16"])
-        self.assertEqual(got[7], ["bash", "zsh"])
+        self.assertEqual(got[7], ["bash", "fish", "zsh"])
         self.assertEqual(got[8], ["tree"])
         self.assertEqual(got[9], ["version"])
-        self.assertEqual(got[10], ["--endpoint=", "--help", "--output=", "--timeout="])
+        self.assertEqual(got[10], ["--endpoint=", "--help", "--output=", "--timeout=",
+                                   "--version"])
         # Every command of the help listing is offered.
         _, out, _ = Ctl.run(["--help"])
         listed = re.findall(r"(?m)^  ([a-z]+) {2,}\S", out)
@@ -628,11 +630,11 @@ class CtlTest(unittest.TestCase):
         self.assertIn(":value:(text json)'", script)
         self.assertIn(":value:(fp32 fp16 bf16 fp8_e4m3 fp8_e5m2 int8)'", script)
         # Unknown or missing shell: exit 3.
-        for args in (["completion", "fish"], ["completion"], ["completion", "bash", "zsh"]):
+        for args in (["completion", "tcsh"], ["completion"], ["completion", "bash", "zsh"]):
             rc, out, err = Ctl.run(args)
             self.assertEqual(rc, 3, args)
             self.assertEqual(out, "", args)
-            self.assertIn("bash or zsh", err, args)
+            self.assertIn("bash, zsh or fish", err, args)
         rc, out, _ = Ctl.run(["help", "completion"])
         self.assertEqual(rc, 0)
         self.assertIn("Example:", out)
@@ -652,6 +654,59 @@ class CtlTest(unittest.TestCase):
             self.assertEqual(p.stdout.strip(), "_radixkvctl", p.stderr)
         finally:
             os.unlink(path)
+
+    def complete_fish(self, *lines):
+        """Each line is a command line up to the cursor; returns the sorted
+        candidates fish's `complete -C` offers for each (without their
+        descriptions)."""
+        script = ['"$CTL" completion fish | source; or exit 1']
+        for line in lines:
+            script.append("complete -C %s; echo ---" % shlex.quote("radixkvctl " + line))
+        p = subprocess.run(["fish", "--no-config", "-c", "\n".join(script)],
+                           capture_output=True, text=True, timeout=TIMEOUT,
+                           env=dict(os.environ, CTL=ARGS.ctl))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr, "")
+        got, current = [], []
+        for line in p.stdout.splitlines():
+            if line == "---":
+                got.append(sorted(current))
+                current = []
+            else:
+                current.append(line.split("\t")[0])
+        self.assertEqual(len(got), len(lines), p.stdout)
+        return got
+
+    def test_completion_fish(self):
+        rc, script, err = Ctl.run(["completion", "fish"])
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(script.startswith("# fish completion for radixkvctl"), script[:80])
+        self.assertIn("complete -c radixkvctl -n 'not __fish_seen_subcommand_from health ",
+                      script)
+        self.assertIn("-a 'stats' -d 'Show pool occupancy, hit ratio, sessions and leases'",
+                      script)
+        rc, out, _ = Ctl.run(["help", "completion"])
+        self.assertEqual(rc, 0)
+        self.assertIn("completion fish", out)
+        if shutil.which("fish") is None:
+            self.skipTest("fish is not installed (scripts/install_deps.sh installs it)")
+        got = self.complete_fish("sta", "", "tree --li", "-o ", "--output=j",
+                                 "match --dtype=b", "completion ", "help tr",
+                                 "--endpoint /tmp/x -o json ver", "stats --")
+        self.assertEqual(got[0], ["stats"])
+        commands = ["health", "endpoint", "stats", "namespaces", "sessions", "tree", "match",
+                    "explain", "hash", "evict", "clear", "watch", "size", "version",
+                    "completion", "help"]
+        self.assertEqual(got[1], sorted(commands))
+        self.assertEqual(got[2], ["--limit"])
+        self.assertEqual(got[3], ["json", "text"])
+        self.assertEqual(got[4], ["--output=json"])
+        self.assertEqual(got[5], ["--dtype=bf16"])
+        self.assertEqual(got[6], ["bash", "fish", "zsh"])
+        self.assertEqual(got[7], ["tree"])
+        self.assertEqual(got[8], ["version"])
+        self.assertEqual(got[9], ["--endpoint", "--help", "--output", "--timeout",
+                                  "--version"])
 
     # -- offline commands, help, errors, environment ----------------------------------------
 
@@ -676,11 +731,44 @@ class CtlTest(unittest.TestCase):
         self.assertTrue(j["version"])
         self.assertEqual(j["block_key_version"], 1)
         self.assertTrue(j["daemon_version"])
+        # --version: the same version, offline, wherever it is given.
+        for args in (["--version"], ["stats", "--version"]):
+            rc, out, err = Ctl.run(args, "/tmp/rkc_no_daemon.sock")
+            self.assertEqual((rc, out, err), (0, "radixkvctl %s\n" % j["version"], ""), args)
+
+    def test_endpoint(self):
+        # The default: the system socket when it exists, else the per-user
+        # one under $XDG_RUNTIME_DIR, else /tmp/radixkv-<uid>.
+        system = "/run/radixkv/radixkvd.sock"
+        with tempfile.TemporaryDirectory() as runtime:
+            for env, want in (
+                    ({"XDG_RUNTIME_DIR": runtime}, runtime + "/radixkv/radixkvd.sock"),
+                    ({"XDG_RUNTIME_DIR": ""}, "/tmp/radixkv-%d/radixkvd.sock" % os.getuid())):
+                if os.path.exists(system):
+                    want = system
+                rc, out, err = Ctl.run(["endpoint"], env=env)
+                self.assertEqual((rc, out, err), (0, "unix:" + want + "\n", ""), env)
+        # --endpoint and RADIXKVCTL_ENDPOINT, as every other command takes them.
+        for args, env, want in (
+                (["--endpoint", "/tmp/a.sock", "endpoint"], None, "unix:/tmp/a.sock"),
+                (["endpoint", "--endpoint=unix:/tmp/b.sock"], None, "unix:/tmp/b.sock"),
+                (["endpoint"], {"RADIXKVCTL_ENDPOINT": "localhost:50051"}, "localhost:50051")):
+            rc, out, err = Ctl.run(args, env=env)
+            self.assertEqual((rc, out, err), (0, want + "\n", ""), args)
+        rc, out, _ = Ctl.run(["endpoint", "-o", "json"], self.sock)
+        self.assertEqual(json.loads(out), {"endpoint": self.sock, "target": "unix:" + self.sock})
+        # The target it prints is the one the other commands reach.
+        rc, out, _ = Ctl.run(["endpoint"], self.sock)
+        rc, health, err = Ctl.run(["health"], out.strip())
+        self.assertEqual(rc, 0, err)
+        rc, out, err = Ctl.run(["endpoint"], "host:0")
+        self.assertEqual(rc, 3)
+        self.assertIn("--endpoint", err)
 
     def test_help(self):
         rc, out, _ = Ctl.run(["--help"])
         self.assertEqual(rc, 0)
-        for c in ["health", "stats", "namespaces", "sessions", "tree", "match",
+        for c in ["health", "endpoint", "stats", "namespaces", "sessions", "tree", "match",
                   "explain", "hash", "evict", "clear", "watch", "size", "version"]:
             self.assertRegex(out, r"\n  %s +\S" % c)
             for form in (["help", c], [c, "--help"]):

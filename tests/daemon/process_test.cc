@@ -1,6 +1,11 @@
-// radixkvd as a child process: start-up output, serving, SIGTERM -> exit 0,
-// stale and live sockets, and a worker killed with SIGKILL mid-write.
+// radixkvd as a child process: start-up output, serving, SIGTERM -> exit 0
+// with its socket removed, stale, live and replaced sockets, start-up errors
+// (one line naming the flag, exit 1 or 2), and a worker killed with SIGKILL
+// mid-write.
+#include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -9,12 +14,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "radixkv/defaults.h"
 #include "tests/daemon/test_util.h"
@@ -150,18 +157,46 @@ TEST(DaemonProcessTest, StartsPrintsServesAndExitsOnSigterm) {
     ASSERT_EQ(kill(daemon.pid(), SIGTERM), 0);
     EXPECT_EQ(daemon.Wait(), 0) << daemon.output();
   }
+  // The socket file it created is gone.
+  EXPECT_NE(lstat(socket.c_str(), &st), 0);
+  EXPECT_EQ(errno, ENOENT) << socket;
+}
+
+// Binds a Unix socket file at `path` (nobody accepts on it).
+void BindSocketFile(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  close(fd);
+}
+
+// On SIGTERM radixkvd removes only the socket file it bound: a file that
+// replaced it at the path (another daemon's) stays.
+TEST(DaemonProcessTest, SocketReplacedWhileServingIsLeftInPlace) {
+  const std::string socket = TempSocketPath("replaced");
+  Child daemon(RADIXKVD_PATH, DaemonArgs(socket));
+  ASSERT_TRUE(daemon.WaitForOutput("radixkvd: ready")) << daemon.output();
+  struct stat before;
+  ASSERT_EQ(lstat(socket.c_str(), &before), 0);
+  ASSERT_EQ(unlink(socket.c_str()), 0);
+  BindSocketFile(socket);
+  struct stat replaced;
+  ASSERT_EQ(lstat(socket.c_str(), &replaced), 0);
+  ASSERT_NE(replaced.st_ino, before.st_ino);
+  ASSERT_EQ(kill(daemon.pid(), SIGTERM), 0);
+  EXPECT_EQ(daemon.Wait(), 0) << daemon.output();
+  struct stat after;
+  ASSERT_EQ(lstat(socket.c_str(), &after), 0) << "the replacement was removed";
+  EXPECT_EQ(after.st_ino, replaced.st_ino);
+  unlink(socket.c_str());
 }
 
 TEST(DaemonProcessTest, StaleSocketFileIsReplaced) {
   const std::string socket = TempSocketPath("stale");
-  {  // Leave a socket file nobody listens on.
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    close(fd);
-  }
+  BindSocketFile(socket);  // a socket file nobody listens on
   Child daemon(RADIXKVD_PATH, DaemonArgs(socket));
   ASSERT_TRUE(daemon.WaitForOutput("radixkvd: ready")) << daemon.output();
   auto admin = v1::Admin::NewStub(
@@ -249,6 +284,70 @@ TEST(DaemonProcessTest, ConfigurationErrorsExitTwo) {
   EXPECT_TRUE(absl::StrContains(cuda.output(), "cannot be served here"))
       << cuda.output();
   EXPECT_FALSE(absl::StrContains(cuda.output(), "ready")) << cuda.output();
+}
+
+// A --pool that does not parse is one line naming the flag once, with its
+// value and the forms it accepts; exit 2.
+TEST(DaemonProcessTest, BadPoolNamesTheFlagOnceAndTheAcceptedForms) {
+  Child bad(RADIXKVD_PATH, DaemonArgs(TempSocketPath("pool"), "foo"));
+  EXPECT_EQ(bad.Wait(), 2) << bad.output();
+  const std::string& out = bad.output();
+  EXPECT_TRUE(absl::StrContains(
+      out, "radixkvd: --pool=foo: unknown backend 'foo'; accepted forms: "
+           "host,bytes=SIZE | cuda,device=N,bytes=SIZE | none,pages=N"))
+      << out;
+  size_t flags = 0;
+  for (size_t at = out.find("--pool"); at != std::string::npos;
+       at = out.find("--pool", at + 1)) {
+    ++flags;
+  }
+  EXPECT_EQ(flags, 1u) << out;
+  EXPECT_FALSE(absl::StrContains(out, "INVALID_ARGUMENT")) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
+// A metrics port another process holds is a runtime failure (exit 1, as
+// for a --socket in use) named by the flag; an address this machine cannot
+// listen on at all is a configuration error (exit 2). Neither shows the
+// HTTP library's internals.
+TEST(DaemonProcessTest, MetricsListenErrorsNameTheFlag) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string busy = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+
+  const std::string socket = TempSocketPath("mbusy");
+  std::vector<std::string> args = DaemonArgs(socket);
+  args[1] = "--metrics_listen=" + busy;
+  Child in_use(RADIXKVD_PATH, args);
+  EXPECT_EQ(in_use.Wait(), 1) << in_use.output();
+  close(fd);
+  EXPECT_TRUE(absl::StrContains(
+      in_use.output(),
+      absl::StrCat("--metrics_listen=", busy, ": cannot listen (address in use)")))
+      << in_use.output();
+  EXPECT_FALSE(absl::StrContains(in_use.output(), "CivetServer")) << in_use.output();
+  EXPECT_FALSE(absl::StrContains(in_use.output(), "ready")) << in_use.output();
+  struct stat st;
+  EXPECT_NE(lstat(socket.c_str(), &st), 0) << "a socket was left behind";
+
+  // 192.0.2.1 (TEST-NET-1) is no address of this machine; "9464" no HOST:PORT.
+  for (const char* value : {"192.0.2.1:9464", "9464x"}) {
+    args = DaemonArgs(TempSocketPath("mbad"));
+    args[1] = absl::StrCat("--metrics_listen=", value);
+    Child bad(RADIXKVD_PATH, args);
+    EXPECT_EQ(bad.Wait(), 2) << value << ": " << bad.output();
+    EXPECT_TRUE(absl::StrContains(
+        bad.output(), absl::StrCat("--metrics_listen=", value, ": cannot listen (")))
+        << bad.output();
+    EXPECT_FALSE(absl::StrContains(bad.output(), "CivetServer")) << bad.output();
+  }
 }
 
 // Under systemd's Type=notify the daemon says READY=1 on $NOTIFY_SOCKET once

@@ -5,9 +5,9 @@ Schemas (all offline, from the project's virtual environment):
     ships (its newest Kubernetes version). Those schemas come from the
     OpenAPI v2 document and carry no enums, so the API's enumerated values
     of the fields below (API_ENUMS) are added to them.
-  * PodMonitor (monitoring.coreos.com/v1): the JSON schema of
-    cloudcoil-models-prometheus-operator's PodMonitor model, generated from
-    the Prometheus Operator's CRDs, made strict (see podmonitor_schema).
+  * PodMonitor and PrometheusRule (monitoring.coreos.com/v1): the JSON
+    schemas of cloudcoil-models-prometheus-operator's models, generated from
+    the Prometheus Operator's CRDs, made strict (see operator_schema).
 Strict means: wrong types, missing required fields, bad enum values,
 values that break a pattern and fields the schema does not declare all
 fail, as `kubectl apply --validate=strict` would.
@@ -19,14 +19,17 @@ order, with their inline ops); with kubectl, `kubectl kustomize` renders
 the base, the cuda patch and each example, and every rendered object is
 validated. Then the deployment's own rules are checked (non-root, no
 privilege escalation, read-only root, no capabilities, seccomp, requests
-and limits, no hostIPC, no nvidia.com/gpu claim by the cache, probes on the
+and limits, the workers' namespace (enforce privileged, warn and audit
+restricted), no hostIPC, no nvidia.com/gpu claim by the cache, probes on the
 socket, the shared socket directory, the worker's group, Service/PodMonitor
-selectors; with --tier: the pool's page_bytes, a writable hostPath tier
+selectors, the PrometheusRule's groups equal to deploy/prometheus/rules.yml's
+(--rules=PATH; default ../prometheus/rules.yml beside MANIFEST_DIR); with --tier: the pool's page_bytes, a writable hostPath tier
 directory chowned by the init container, memory raised by the host tier,
 no surge), and negative controls prove that the validator rejects broken
 objects and broken uses of patches/tiers.yaml.
 
 Usage: PYTHON tests/deploy/k8s_validate.py [MANIFEST_DIR] [--kubectl=PATH|--no-kubectl]
+                                          [--rules=PATH]
 Exit 0: all hold; 1: a problem (each printed as FAIL ...); 77: a Python
 package is missing (scripts/install_deps.sh installs them).
 """
@@ -220,8 +223,8 @@ def strict_object_schemas(node):
         strict_object_schemas(v)
 
 
-def podmonitor_schema():
-    schema = promop_v1.PodMonitor.model_json_schema(by_alias=True, mode="validation")
+def operator_schema(model):
+    schema = model.model_json_schema(by_alias=True, mode="validation")
     strict_object_schemas(schema)
     # The object must say what it is.
     schema["required"] = sorted(set(schema.get("required", [])) | {"apiVersion", "kind"})
@@ -231,11 +234,13 @@ def podmonitor_schema():
 class Validators:
     def __init__(self):
         self.k8s = KubernetesSchemas()
-        self.podmonitor = jsonschema.Draft202012Validator(podmonitor_schema())
+        self.operator = {
+            kind: jsonschema.Draft202012Validator(operator_schema(getattr(promop_v1, kind)))
+            for kind in ("PodMonitor", "PrometheusRule")}
 
     def for_object(self, obj):
-        if obj.get("apiVersion") == "monitoring.coreos.com/v1" and obj.get("kind") == "PodMonitor":
-            return self.podmonitor
+        if obj.get("apiVersion") == "monitoring.coreos.com/v1" and obj.get("kind") in self.operator:
+            return self.operator[obj["kind"]]
         if str(obj.get("apiVersion", "")).startswith("monitoring.coreos.com/"):
             return None
         return self.k8s.validator(str(obj["apiVersion"]), str(obj["kind"]))
@@ -476,6 +481,24 @@ def cache_of(objs):
                  and g(o, "metadata", "name") == "radixkvd"), None)
 
 
+def check_prometheus_rule(objs, rules_path):
+    """The PrometheusRule carries deploy/prometheus/rules.yml's groups, equal
+    once parsed (deploy/prometheus/render.py writes it)."""
+    prs = [o for o in objs if o.get("kind") == "PrometheusRule"]
+    if not prs:
+        fail("deploy/kubernetes", "no PrometheusRule (deploy/prometheus/render.py writes it)")
+        return
+    if not rules_path or not os.path.isfile(rules_path):
+        fail("deploy/kubernetes", f"no rules file {rules_path} to compare the PrometheusRule with")
+        return
+    rules = load_one(open(rules_path, encoding="utf-8").read())
+    for pr in prs:
+        if g(pr, "spec", "groups") != g(rules, "groups"):
+            fail(f"PrometheusRule {g(pr, 'metadata', 'name')}",
+                 f"spec.groups differ from the groups of {rules_path}; "
+                 "run deploy/prometheus/render.py")
+
+
 def check_deployment(objs):
     cache = cache_of(objs)
     if not cache:
@@ -555,6 +578,20 @@ def check_deployment(objs):
             fail(ww, "workers need supplementalGroups [10001] (radixkv) to reach the sockets")
         if g(wspec, "securityContext", "runAsUser") == 10001:
             fail(ww, "run workers as their own uid, not the daemon's")
+        # Its namespace admits the hostPath (enforce privileged) and reports
+        # every other step away from restricted (warn, audit).
+        ns = next((o for o in objs if o.get("kind") == "Namespace"
+                   and g(o, "metadata", "name") == g(wk, "metadata", "namespace")), None)
+        if ns is None:
+            fail(ww, f"its namespace {g(wk, 'metadata', 'namespace')} is not among the manifests")
+        else:
+            labels = g(ns, "metadata", "labels") or {}
+            if labels.get("pod-security.kubernetes.io/enforce") != "privileged":
+                fail(ww, "its namespace must enforce Pod Security privileged "
+                         "(baseline and restricted refuse the hostPath)")
+            for mode in ("warn", "audit"):
+                if labels.get(f"pod-security.kubernetes.io/{mode}") != "restricted":
+                    fail(ww, f"its namespace must {mode} at Pod Security restricted")
 
 
 # --- tiers below the pool (--tier, docs/TIERS.md) -----------------------------
@@ -738,7 +775,7 @@ def main(argv):
     args = [a for a in argv if not a.startswith("--")]
     opts = dict(a[2:].split("=", 1) if "=" in a else (a[2:], "") for a in argv if a.startswith("--"))
     for k in opts:
-        if k not in ("kubectl", "no-kubectl"):
+        if k not in ("kubectl", "no-kubectl", "rules"):
             print(f"k8s_validate: unknown option --{k}", file=sys.stderr)
             return 2
     manifests = os.path.realpath(args[0] if args else os.path.join(here, "..", "..", "deploy", "kubernetes"))
@@ -746,6 +783,7 @@ def main(argv):
         print(f"k8s_validate: {manifests} is not a directory", file=sys.stderr)
         return 2
     kubectl = None if "no-kubectl" in opts else (opts.get("kubectl") or shutil.which("kubectl"))
+    rules_path = opts.get("rules") or os.path.join(manifests, "..", "prometheus", "rules.yml")
     errors.clear()
     if validators is None:
         validators = Validators()
@@ -779,6 +817,7 @@ def main(argv):
             if isinstance(obj, dict):
                 objects.append(obj)
     check_deployment(objects)
+    check_prometheus_rule(objects, rules_path)
 
     # A kustomization lists its directory's manifests, each of which exists.
     for rel, k in kustomizations:
@@ -874,7 +913,7 @@ def main(argv):
                 if validate_object(f"kustomize {name} ({obj.get('kind')} {g(obj, 'metadata', 'name')})", obj):
                     rendered_count += 1
             kinds = ",".join(sorted(str(o.get("kind")) for o in objs))
-            if kinds != "ConfigMap,DaemonSet,Namespace,PodMonitor,Service":
+            if kinds != "ConfigMap,DaemonSet,Namespace,PodMonitor,PrometheusRule,Service":
                 fail(name, f"renders {kinds}")
             rds = cache_of(objs)
             if "cuda" in name and g(rds, "spec", "template", "spec", "runtimeClassName") != "nvidia":
@@ -892,6 +931,7 @@ def main(argv):
     # Negative controls: each broken copy must fail schema validation.
     ds = next((o for o in objects if o.get("kind") == "DaemonSet"), None)
     pm = next((o for o in objects if o.get("kind") == "PodMonitor"), None)
+    pr = next((o for o in objects if o.get("kind") == "PrometheusRule"), None)
 
     def set_in(path, value):
         def mutate(o):
@@ -923,6 +963,16 @@ def main(argv):
         ("a PodMonitor without its required selector", pm, delete_in(["spec", "selector"])),
         ("a PodMonitor field of the wrong type", pm, set_in(endpoint + ["honorLabels"], "yes")),
         ("an unknown PodMonitor metadata field", pm, set_in(["metadata", "labelz"], {})),
+        ("an unknown PrometheusRule rule field", pr,
+         set_in(["spec", "groups", 1, "rules", 0, "exprr"], "up == 0")),
+        ("a PrometheusRule `for` that is not a duration", pr,
+         set_in(["spec", "groups", 1, "rules", 0, "for"], "1 minute")),
+        ("a PrometheusRule rule without its required expr", pr,
+         delete_in(["spec", "groups", 1, "rules", 0, "expr"])),
+        ("a PrometheusRule group without its required name", pr,
+         delete_in(["spec", "groups", 0, "name"])),
+        ("a PrometheusRule annotation that is not a string", pr,
+         set_in(["spec", "groups", 1, "rules", 0, "annotations", "runbook_url"], ["x"])),
     ]
     controls = 0
     for what, base, mutate in broken:

@@ -42,6 +42,16 @@ EDITS = [
     ("a worker without the radixkv group", "examples/worker-deployment.yaml",
      "supplementalGroups: [10001]", "supplementalGroups: [10003]",
      "Deployment radixkv-worker: workers need supplementalGroups [10001]"),
+    ("a workers' namespace that enforces restricted", "examples/worker-deployment.yaml",
+     "pod-security.kubernetes.io/enforce: privileged",
+     "pod-security.kubernetes.io/enforce: restricted",
+     "Deployment radixkv-worker: its namespace must enforce Pod Security privileged"),
+    ("a PrometheusRule that drifted from rules.yml", "prometheusrule.yaml",
+     "expr: radixkv_invariants_ok == 0", "expr: radixkv_invariants_ok == 1",
+     "PrometheusRule radixkvd: spec.groups differ from the groups of"),
+    ("a PrometheusRule left out of the kustomization", "kustomization.yaml",
+     "  - prometheusrule.yaml\n", "",
+     "kustomization.yaml: prometheusrule.yaml is not among its resources"),
 ]
 
 
@@ -71,6 +81,9 @@ def main():
                            else os.path.join(HERE, "..", "..", "deploy", "kubernetes"))
     failures = 0
     with tempfile.TemporaryDirectory(prefix="k8s_broken.") as tmp:
+        # The rules the PrometheusRule is compared with sit beside every copy
+        # (MANIFEST_DIR/../prometheus).
+        shutil.copytree(os.path.join(src, "..", "prometheus"), os.path.join(tmp, "prometheus"))
         base = os.path.join(tmp, "kubernetes")
         shutil.copytree(src, base)
         r = run(base)

@@ -243,7 +243,7 @@ class Driver {
 
   const uint8_t config_;
   const bool verbose_ = std::getenv("RADIXKV_FUZZ_VERBOSE") != nullptr;
-  daemon::Caller caller_ = daemon::Caller::Local();
+  daemon::Caller caller_ = daemon::Caller::Daemon();
   std::unique_ptr<Cache> cache_;
   std::vector<std::string> sessions_;
   std::vector<HeldLease> leases_;
@@ -348,7 +348,7 @@ absl::Status Driver::Inspect(uint8_t op, const std::string& body) {
       v1::ExplainRequest req;
       if (!req.ParseFromString(body)) req.Clear();
       v1::ExplainResponse resp;
-      absl::Status s = cache_->Explain(req, &resp);
+      absl::Status s = cache_->Explain(req, &resp, caller_);
       if (s.ok()) {
         FUZZ_CHECK(resp.matched_blocks() <= resp.total_blocks(),
                    "Explain: matched ", resp.matched_blocks(), " of ",
@@ -360,7 +360,7 @@ absl::Status Driver::Inspect(uint8_t op, const std::string& body) {
       v1::DumpTreeRequest req;
       if (!req.ParseFromString(body)) req.Clear();
       v1::DumpTreeResponse resp;
-      absl::Status s = cache_->DumpTree(req, &resp);
+      absl::Status s = cache_->DumpTree(req, &resp, caller_);
       if (s.ok()) {
         for (const v1::TreeNode& n : resp.nodes()) CheckPage(n.page(), "DumpTree");
       }
@@ -384,9 +384,9 @@ absl::Status Driver::Inspect(uint8_t op, const std::string& body) {
       v1::Stats stats;
       cache_->GetStats(&stats);
       v1::ListNamespacesResponse ns;
-      cache_->ListNamespaces(&ns);
+      cache_->ListNamespaces(&ns, caller_);
       v1::ListSessionsResponse sessions;
-      cache_->ListSessions(&sessions);
+      cache_->ListSessions(&sessions, caller_);
       FUZZ_CHECK(static_cast<uint64_t>(sessions.sessions_size()) ==
                      stats.sessions(),
                  "ListSessions lists ", sessions.sessions_size(),

@@ -30,9 +30,9 @@ using testing::MaxAbsDiff;
 using testing::RandomFloats;
 using testing::ShuffledIds;
 
-constexpr KvDType kTyped[] = {KvDType::kFloat32,    KvDType::kFloat16,
-                              KvDType::kBFloat16,   KvDType::kFloat8E4M3,
-                              KvDType::kFloat8E5M2, KvDType::kInt8};
+constexpr DType kTyped[] = {DType::kFloat32,    DType::kFloat16,
+                            DType::kBFloat16,   DType::kFloat8E4M3,
+                            DType::kFloat8E5M2, DType::kInt8};
 
 template <typename T>
 uint32_t RawBits(const T& x) {
@@ -107,7 +107,7 @@ TEST_F(KvQuantCudaTest, WriteKvIsBitExactWithCpuForEveryDtype) {
   std::vector<float> k = RandomFloats(size_t{L} * stride * H * D, 31, -4.0f, 4.0f);
   std::vector<float> v = RandomFloats(k.size(), 32, -0.3f, 0.3f);
   k[5] = 90.0f;  // an outlier in one run
-  for (KvDType t : kTyped) {
+  for (DType t : kTyped) {
     const PageGeometry g = MakePageGeometry(L, H, P, D, t);
     const auto ids = ShuffledIds(PagesForTokens(g, n), cap, int(t));
     HostPool cpu(g, cap, 0x5A);
@@ -135,7 +135,7 @@ TEST_F(KvQuantCudaTest, AttentionOverTypedPagesMatchesCpu) {
   const std::vector<float> lk = RandomFloats(size_t{T} * Hkv * D, 44);
   const std::vector<float> lv = RandomFloats(lk.size(), 45);
   const AttentionShape shape{Hq, Hkv, D, 0};
-  for (KvDType t : kTyped) {
+  for (DType t : kTyped) {
     const PageGeometry g = MakePageGeometry(L, Hkv, P, D, t);
     const auto ids = ShuffledIds(PagesForTokens(g, prefix), cap, 9);
     HostPool pool(g, cap, 0);

@@ -23,9 +23,9 @@ using testing::HostPool;
 using testing::RandomFloats;
 using testing::ShuffledIds;
 
-constexpr KvDType kTyped[] = {KvDType::kFloat32,    KvDType::kFloat16,
-                              KvDType::kBFloat16,   KvDType::kFloat8E4M3,
-                              KvDType::kFloat8E5M2, KvDType::kInt8};
+constexpr DType kTyped[] = {DType::kFloat32,    DType::kFloat16,
+                            DType::kBFloat16,   DType::kFloat8E4M3,
+                            DType::kFloat8E5M2, DType::kInt8};
 
 TEST(KvQuantCodecTest, KnownCodes) {
   EXPECT_EQ(quant::EncodeF16(1.0f), 0x3c00);
@@ -112,29 +112,29 @@ TEST(KvQuantCodecTest, EncodersRoundToNearest) {
 }
 
 TEST(KvQuantLayoutTest, PageBytesAndScaleArea) {
-  for (KvDType t : kTyped) {
+  for (DType t : kTyped) {
     const PageGeometry g = MakePageGeometry(3, 2, 5, 6, t);
     ASSERT_TRUE(g.valid());
     const uint64_t elems = 3ull * 2 * 2 * 5 * 6;
-    EXPECT_EQ(g.elems_bytes(), elems * KvDTypeBytes(t));
-    if (KvDTypeScaled(t)) {
+    EXPECT_EQ(g.elems_bytes(), elems * DTypeBytes(t));
+    if (DTypeScaled(t)) {
       // 360 element bytes round up to 368; 12 fp32 scales follow.
       EXPECT_EQ(g.scale_offset_bytes(), 368u);
       EXPECT_EQ(g.num_scales(), 12u);
       EXPECT_EQ(g.page_bytes(), 368u + 48u);
     } else {
       EXPECT_EQ(g.num_scales(), 0u);
-      EXPECT_EQ(g.page_bytes(), elems * KvDTypeBytes(t));
+      EXPECT_EQ(g.page_bytes(), elems * DTypeBytes(t));
     }
   }
   // The v1 fp32 layout is unchanged (CONTRACTS.md §2 vectors).
   const PageGeometry v1{32, 8, 16, 128, 4};
   EXPECT_EQ(v1.page_bytes(), 32ull * 2 * 8 * 16 * 128 * 4);
-  EXPECT_EQ(MakePageGeometry(32, 8, 16, 128, KvDType::kFloat32).page_bytes(),
+  EXPECT_EQ(MakePageGeometry(32, 8, 16, 128, DType::kFloat32).page_bytes(),
             v1.page_bytes());
   EXPECT_EQ(v1.offset(1, 1, 2, 3, 4),
             (((1ull * 2 + 1) * 8 + 2) * 16 + 3) * 128 + 4);
-  PageGeometry bad = MakePageGeometry(1, 1, 1, 2, KvDType::kInt8);
+  PageGeometry bad = MakePageGeometry(1, 1, 1, 2, DType::kInt8);
   bad.elem_bytes = 2;
   EXPECT_FALSE(bad.valid());
   const float k = 1.0f;
@@ -145,14 +145,14 @@ TEST(KvQuantLayoutTest, PageBytesAndScaleArea) {
 TEST(KvQuantLayoutTest, ContractsTestVector) {
   const float k[4] = {0.5f, -1.0f, 0.25f, 2.0f};
   const float v[4] = {-3.0f, 0.75f, 1.5f, 0.0f};
-  const std::vector<std::pair<KvDType, std::vector<uint8_t>>> want = {
-      {KvDType::kInt8,
+  const std::vector<std::pair<DType, std::vector<uint8_t>>> want = {
+      {DType::kInt8,
        {0x20, 0xc0, 0x10, 0x7f, 0x81, 0x20, 0x40, 0x00, 0, 0, 0, 0, 0, 0, 0, 0,
         0x04, 0x02, 0x81, 0x3c, 0x06, 0x83, 0xc1, 0x3c}},
-      {KvDType::kFloat8E4M3,
+      {DType::kFloat8E4M3,
        {0x6e, 0xf6, 0x66, 0x7e, 0xfe, 0x6e, 0x76, 0x00, 0, 0, 0, 0, 0, 0, 0, 0,
         0x25, 0x49, 0x92, 0x3b, 0xb7, 0x6d, 0xdb, 0x3b}},
-      {KvDType::kFloat16,
+      {DType::kFloat16,
        {0x00, 0x38, 0x00, 0xbc, 0x00, 0x34, 0x00, 0x40, 0x00, 0xc2, 0x00, 0x3a,
         0x00, 0x3e, 0x00, 0x00}},
   };
@@ -168,22 +168,22 @@ TEST(KvQuantLayoutTest, ContractsTestVector) {
 
 // The largest round-trip error allowed for an element x of a run with
 // largest magnitude amax.
-double Bound(KvDType t, float x, float amax) {
+double Bound(DType t, float x, float amax) {
   const double ax = std::fabs(x);
   const double s = amax / quant::QuantMax(t);
   const double eps = 1e-6 * amax;  // the decode * scale product's rounding
   switch (t) {
-    case KvDType::kFloat32:
+    case DType::kFloat32:
       return 0;
-    case KvDType::kFloat16:  // subnormal unit 2^-24
+    case DType::kFloat16:  // subnormal unit 2^-24
       return std::max(std::ldexp(ax, -11), std::ldexp(1.0, -25));
-    case KvDType::kBFloat16:
+    case DType::kBFloat16:
       return std::ldexp(ax, -8);
-    case KvDType::kFloat8E4M3:  // 3 mantissa bits; subnormal unit 2^-9
+    case DType::kFloat8E4M3:  // 3 mantissa bits; subnormal unit 2^-9
       return std::max(std::ldexp(ax, -4), s * std::ldexp(1.0, -10)) + eps;
-    case KvDType::kFloat8E5M2:  // 2 mantissa bits; subnormal unit 2^-16
+    case DType::kFloat8E5M2:  // 2 mantissa bits; subnormal unit 2^-16
       return std::max(std::ldexp(ax, -3), s * std::ldexp(1.0, -17)) + eps;
-    case KvDType::kInt8:
+    case DType::kInt8:
       return s / 2 + eps;
     default:
       return 0;
@@ -199,7 +199,7 @@ TEST(KvQuantWriteKvTest, RoundTripWithinTheDtypeBound) {
     k[((size_t{0} * stride + t) * H + 1) * D + 3] = t == 9 ? 40.0f : 0.01f;
     for (uint32_t d = 0; d < D; ++d) v[((size_t{1} * stride + t) * H + 2) * D + d] = 0;
   }
-  for (KvDType t : kTyped) {
+  for (DType t : kTyped) {
     const PageGeometry g = MakePageGeometry(L, H, P, D, t);
     const auto ids = ShuffledIds(PagesForTokens(g, n), 20, 3);
     HostPool pool(g, 20, 0x00);
@@ -257,7 +257,7 @@ TEST(KvQuantAttentionTest, TypedPagesEqualTheirDequantisedFp32Pages) {
   const std::vector<float> lk = RandomFloats(size_t{T} * Hkv * D, 24);
   const std::vector<float> lv = RandomFloats(lk.size(), 25);
   const AttentionShape shape{Hq, Hkv, D, 0};
-  for (KvDType t : kTyped) {
+  for (DType t : kTyped) {
     const PageGeometry g = MakePageGeometry(L, Hkv, P, D, t);
     const uint64_t np = PagesForTokens(g, prefix);
     const auto ids = ShuffledIds(np, 10, 5);
@@ -267,7 +267,7 @@ TEST(KvQuantAttentionTest, TypedPagesEqualTheirDequantisedFp32Pages) {
     std::vector<float> dk(k.size()), dv(v.size());
     ASSERT_TRUE(ReadKv(g, pool.ConstAddresses(ids),
                        KvDest{dk.data(), dv.data(), prefix}).ok());
-    const PageGeometry g32 = MakePageGeometry(L, Hkv, P, D, KvDType::kFloat32);
+    const PageGeometry g32 = MakePageGeometry(L, Hkv, P, D, DType::kFloat32);
     HostPool pool32(g32, 10, 0);
     ASSERT_TRUE(WriteKv(g32, KvSource{dk.data(), dv.data(), prefix},
                         pool32.data_base(), 10, ids).ok());

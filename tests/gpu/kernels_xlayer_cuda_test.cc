@@ -31,9 +31,9 @@ constexpr uint32_t kLayers = 8, kSharedFrom = 5;
 constexpr uint32_t kGroups = CrossLayerGroups(kLayers, kSharedFrom);
 static_assert(kGroups == kSharedFrom + 1);
 
-constexpr KvDType kDTypes[] = {KvDType::kFloat32,    KvDType::kFloat16,
-                               KvDType::kBFloat16,   KvDType::kFloat8E4M3,
-                               KvDType::kFloat8E5M2, KvDType::kInt8};
+constexpr DType kDTypes[] = {DType::kFloat32,    DType::kFloat16,
+                             DType::kBFloat16,   DType::kFloat8E4M3,
+                             DType::kFloat8E5M2, DType::kInt8};
 
 class XLayerCudaTest : public ::testing::Test {
  protected:
@@ -63,7 +63,7 @@ TEST_F(XLayerCudaTest, WriteReadAndCopyAreBitExactWithCpu) {
       RandomFloats(size_t{kGroups} * stride * H * D, 71, -3.0f, 3.0f);
   std::vector<float> v = RandomFloats(k.size(), 72, -0.5f, 0.5f);
   k[(size_t{kGroups - 1} * stride + 3) * H * D] = 40.0f;  // a bank outlier
-  for (KvDType t : kDTypes) {
+  for (DType t : kDTypes) {
     const PageGeometry g = MakePageGeometry(kGroups, H, P, D, t);
     ASSERT_TRUE(g.valid());
     const uint64_t pages = PagesForTokens(g, n);
@@ -99,7 +99,7 @@ TEST_F(XLayerCudaTest, WriteReadAndCopyAreBitExactWithCpu) {
       EXPECT_TRUE(same(got_k, want_k) && same(got_v, want_v))
           << "read_kv group " << grp << ", dtype " << int(t);
       // fp32 pages hold the source itself.
-      if (t == KvDType::kFloat32) {
+      if (t == DType::kFloat32) {
         EXPECT_TRUE(same(got_k, k) && same(got_v, v)) << "group " << grp;
       }
     }
@@ -134,7 +134,7 @@ TEST_F(XLayerCudaTest, AttentionOverTheBankMatchesCpu) {
   const std::vector<float> lk = RandomFloats(size_t{T} * Hkv * D, 84);
   const std::vector<float> lv = RandomFloats(lk.size(), 85);
   const AttentionShape shape{Hq, Hkv, D, 0};
-  for (KvDType t : kDTypes) {
+  for (DType t : kDTypes) {
     const PageGeometry g = MakePageGeometry(kGroups, Hkv, P, D, t);
     const auto ids = ShuffledIds(PagesForTokens(g, prefix), cap, 7);
     HostPool pool(g, cap, 0);

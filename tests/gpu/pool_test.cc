@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gpu/mapped_pool.h"
 #include "gtest/gtest.h"
 
@@ -81,10 +82,13 @@ TEST(ParsePoolSpecTest, SizeUnits) {
 }
 
 TEST(ParsePoolSpecTest, RejectsBadSpecsWithClearMessages) {
+  constexpr char kForms[] =
+      "; accepted forms: host,bytes=SIZE | cuda,device=N,bytes=SIZE | "
+      "none,pages=N (host and cuda also take chunk_bytes=SIZE, every form "
+      "page_bytes=SIZE)";
   EXPECT_EQ(ParseError("gpu,bytes=1GiB"),
-            "--pool: unknown backend 'gpu' (want host, cuda or none)");
-  EXPECT_EQ(ParseError(""),
-            "--pool: unknown backend '' (want host, cuda or none)");
+            absl::StrCat("--pool: unknown backend 'gpu'", kForms));
+  EXPECT_EQ(ParseError(""), absl::StrCat("--pool: unknown backend ''", kForms));
   EXPECT_NE(
       ParseError("host,bytes=1.5GiB").find("bytes='1.5GiB' is not a size"),
       std::string::npos);

@@ -14,8 +14,8 @@
 #include "worker/engine.h"
 #include "worker/model.h"
 #include "worker/prefix_cache.h"
+#include "gpu/namespace_geometry.h"
 #include "gtest/gtest.h"
-#include "radixkv/namespace_spec.h"
 #include "tests/worker/worker_test_util.h"
 
 namespace radixkv::worker {

@@ -22,6 +22,7 @@
 #include "worker/prefix_cache.h"
 #include "worker/xlayer_model.h"
 #include "daemon/core/request_validation.h"
+#include "gpu/namespace_geometry.h"
 #include "gtest/gtest.h"
 #include "radix/radix_tree.h"
 #include "radixkv/namespace_spec.h"

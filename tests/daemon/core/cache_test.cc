@@ -1,15 +1,17 @@
 // Tests of daemon::Cache (daemon/core/cache.h) without gRPC: every bad input
 // gets a clear, structured error and changes nothing; sessions own their
-// leases; limits and expiry. The gRPC layer has a thin smoke test of its
-// own (server_ops_test.cc).
+// leases; limits and expiry; what each tenant's callers reach and see. The
+// gRPC layer has a thin smoke test of its own (server_ops_test.cc).
 #include "daemon/core/cache.h"
 #include "daemon/tiers/disk_tier.h"
 
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -50,7 +52,7 @@ class CacheTest : public ::testing::Test {
     v1::OpenSession open;
     *open.mutable_namespace_() = ns;
     v1::SessionInfo info;
-    absl::Status s = cache_->OpenSession(open, Caller::Local(), &info);
+    absl::Status s = cache_->OpenSession(open, Caller::Daemon(), &info);
     EXPECT_TRUE(s.ok()) << s;
     return info.session_id();
   }
@@ -63,7 +65,7 @@ class CacheTest : public ::testing::Test {
     req.set_allocate(true);
     for (uint64_t l : release) req.add_release_leases(l);
     v1::AcquireResponse resp;
-    absl::Status s = cache_->Acquire(req, &resp);
+    absl::Status s = cache_->Acquire(req, &resp, Caller::Daemon());
     if (!s.ok()) return s;
     return resp;
   }
@@ -75,13 +77,13 @@ class CacheTest : public ::testing::Test {
     req.set_blocks(blocks);
     req.set_release(release);
     v1::CommitResponse resp;
-    return cache_->Commit(req, &resp);
+    return cache_->Commit(req, &resp, Caller::Daemon());
   }
   absl::Status Release(const std::string& session, uint64_t lease) {
     v1::ReleaseRequest req;
     req.set_session_id(session);
     req.set_lease_id(lease);
-    return cache_->Release(req);
+    return cache_->Release(req, Caller::Daemon());
   }
   v1::Stats Stats() {
     v1::Stats s;
@@ -124,7 +126,7 @@ TEST_F(CacheTest, BadInputTable) {
       req.set_allocate(true);
       fill(&req);
       v1::AcquireResponse resp;
-      return t->cache_->Acquire(req, &resp);
+      return t->cache_->Acquire(req, &resp, Caller::Daemon());
     };
   };
   auto match = [](const std::function<void(v1::MatchRequest*)>& fill) {
@@ -134,7 +136,7 @@ TEST_F(CacheTest, BadInputTable) {
       SetTokens(&req, Tokens(8, 1));
       fill(&req);
       v1::MatchResponse resp;
-      return t->cache_->Match(req, &resp);
+      return t->cache_->Match(req, &resp, Caller::Daemon());
     };
   };
   auto open = [](const std::function<void(v1::OpenSession*)>& fill) {
@@ -143,7 +145,7 @@ TEST_F(CacheTest, BadInputTable) {
       *o.mutable_namespace_() = TestNamespace();
       fill(&o);
       v1::SessionInfo info;
-      return t->cache_->OpenSession(o, Caller::Local(), &info);
+      return t->cache_->OpenSession(o, Caller::Daemon(), &info);
     };
   };
   auto tokens8 = [](v1::AcquireRequest* r) { SetTokens(r, Tokens(8, 1)); };
@@ -215,14 +217,14 @@ TEST_F(CacheTest, BadInputTable) {
          *req.mutable_namespace_() = TestNamespace();
          req.set_tokens_le(std::string(9, '\0'));
          v1::ExplainResponse resp;
-         return t->cache_->Explain(req, &resp);
+         return t->cache_->Explain(req, &resp, Caller::Daemon());
        }},
       {"dump limit", C::kInvalidArgument, "limit: 10001", "limit",
        [](CacheTest* t) {
          v1::DumpTreeRequest req;
          req.set_limit(10001);
          v1::DumpTreeResponse resp;
-         return t->cache_->DumpTree(req, &resp);
+         return t->cache_->DumpTree(req, &resp, Caller::Daemon());
        }},
       {"commit unknown lease", C::kNotFound, "lease_id", "lease_id",
        [sid](CacheTest* t) { return t->Commit(sid, 987654321, 1, true); }},
@@ -347,7 +349,7 @@ TEST_F(CacheTest, LeasesBelongToTheirSession) {
   l3 = Acquire(a, Tokens(8, 3), {l2->lease_id()});
   ASSERT_TRUE(l3.ok()) << l3.status();
   v1::ListSessionsResponse sessions;
-  cache_->ListSessions(&sessions);
+  cache_->ListSessions(&sessions, Caller::Daemon());
   ASSERT_EQ(sessions.sessions_size(), 2);
   for (const v1::SessionEntry& e : sessions.sessions()) {
     EXPECT_EQ(e.leases(), e.session_id() == a ? 2u : 1u);
@@ -367,14 +369,14 @@ TEST_F(CacheTest, AcknowledgementsAreBounded) {
   Start([](CacheOptions& o) { o.max_string_bytes = 16; });
   google::protobuf::RepeatedPtrField<std::string> ids;
   for (int i = 0; i < 65; ++i) *ids.Add() = absl::StrCat("s", i);
-  absl::Status s = cache_->AcknowledgeSessions(ids, Caller::Local());
+  absl::Status s = cache_->AcknowledgeSessions(ids, Caller::Daemon());
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_NE(s.message().find("heartbeat.acknowledge_sessions"), std::string::npos)
       << s;
   EXPECT_NE(s.message().find("at most 64"), std::string::npos) << s;
   google::protobuf::RepeatedPtrField<std::string> longer;
   *longer.Add() = std::string(17, 'x');
-  s = cache_->AcknowledgeSessions(longer, Caller::Local());
+  s = cache_->AcknowledgeSessions(longer, Caller::Daemon());
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_NE(s.message().find("heartbeat.acknowledge_sessions[0]"),
             std::string::npos) << s;
@@ -382,7 +384,7 @@ TEST_F(CacheTest, AcknowledgementsAreBounded) {
   *open.mutable_namespace_() = TestNamespace();
   *open.mutable_acknowledge_sessions() = ids;
   v1::SessionInfo info;
-  s = cache_->OpenSession(open, Caller::Local(), &info);
+  s = cache_->OpenSession(open, Caller::Daemon(), &info);
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_NE(s.message().find("open.acknowledge_sessions"), std::string::npos) << s;
   EXPECT_EQ(Stats().sessions(), 0u);
@@ -396,7 +398,7 @@ TEST_F(CacheTest, SessionsAreBounded) {
   v1::OpenSession open;
   *open.mutable_namespace_() = TestNamespace();
   v1::SessionInfo info;
-  absl::Status s = cache_->OpenSession(open, Caller::Local(), &info);
+  absl::Status s = cache_->OpenSession(open, Caller::Daemon(), &info);
   EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
   EXPECT_NE(s.message().find("--max_sessions=2"), std::string::npos) << s;
   EXPECT_EQ(ErrorReasonOf(s), v1::ERROR_REASON_LIMIT);
@@ -448,7 +450,7 @@ TEST_F(CacheTest, TinyFirstLayoutIsRefusedNotAllocated) {
   v1::OpenSession open;
   *open.mutable_namespace_() = tiny;
   v1::SessionInfo info;
-  absl::Status s = cache_->OpenSession(open, Caller::Local(), &info);
+  absl::Status s = cache_->OpenSession(open, Caller::Daemon(), &info);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("--max_pool_pages=1048576"), std::string::npos)
       << s;
@@ -467,7 +469,7 @@ TEST_F(CacheTest, OperatorPageBytesDecidesTheLayout) {
   v1::OpenSession open;
   *open.mutable_namespace_() = TestNamespace();  // 128-byte pages
   v1::SessionInfo info;
-  absl::Status s = cache_->OpenSession(open, Caller::Local(), &info);
+  absl::Status s = cache_->OpenSession(open, Caller::Daemon(), &info);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("page_bytes 256"), std::string::npos) << s;
   EXPECT_EQ(Stats().capacity_pages(), 0u);
@@ -504,7 +506,7 @@ TEST_F(CacheTest, NamespacesNoOneUsesAreForgottenSoNewOnesFit) {
   // last forgetting) are still listed.
   EXPECT_GT(cache_->ForgetUnusedNamespaces(), 0u);
   v1::ListNamespacesResponse list;
-  cache_->ListNamespaces(&list, Caller::Local());
+  cache_->ListNamespaces(&list, Caller::Daemon());
   ASSERT_EQ(list.namespaces_size(), 2);
   std::vector<std::string> salts;
   for (const auto& e : list.namespaces()) salts.push_back(e.namespace_().cache_salt());
@@ -516,7 +518,7 @@ TEST_F(CacheTest, NamespacesNoOneUsesAreForgottenSoNewOnesFit) {
   *m.mutable_namespace_() = ns;
   SetTokens(&m, Tokens(8, 3));
   v1::MatchResponse mr;
-  ASSERT_TRUE(cache_->Match(m, &mr).ok());
+  ASSERT_TRUE(cache_->Match(m, &mr, Caller::Daemon()).ok());
   EXPECT_GT(mr.matched_blocks(), 0u);
   EXPECT_EQ(Stats().namespaces(), 2u);
   cache_->CloseSession(kept);
@@ -531,7 +533,7 @@ TEST_F(CacheTest, AbandonedLeaseIsEndedAndCounted) {
   req.set_allocate(true);
   v1::AcquireResponse resp;
   daemon::LeaseHandle handle;
-  ASSERT_TRUE(cache_->Acquire(req, &resp, Caller::Local(), &handle).ok());
+  ASSERT_TRUE(cache_->Acquire(req, &resp, Caller::Daemon(), &handle).ok());
   EXPECT_EQ(handle.lease, resp.lease_id());
   // Another owner's handle for the same id ends nothing.
   cache_->AbandonLease({handle.lease, handle.owner + 1});
@@ -540,6 +542,168 @@ TEST_F(CacheTest, AbandonedLeaseIsEndedAndCounted) {
   cache_->AbandonLease(handle);  // already ended: not counted again
   EXPECT_EQ(cache_->lease_abandoned_total(), 1u);
   EXPECT_EQ(Stats().leases(), 0u);
+}
+
+// Tenancy through Cache: each namespace is stored under the effective salt
+// of the scope that binds it and records that tenant; a worker's lookups,
+// listings, dumps and explanations reach its own tenant only, an
+// administrator's every tenant.
+TEST_F(CacheTest, TenantsSeeTheirOwnNamespacesOnly) {
+  const std::string file = absl::StrCat(::testing::TempDir(), "/cache_test_",
+                                        getpid(), "_tenants.json");
+  std::ofstream(file) << R"({
+    "tenants": [{"name": "alpha", "uids": [1001]},
+                {"name": "beta", "uids": [1002], "max_namespaces": 1}],
+    "admins": {"uids": [1000]}})";
+  absl::StatusOr<std::unique_ptr<daemon::AccessPolicy>> policy =
+      daemon::AccessPolicy::Create({.tenants_file = file});
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  Start([&](CacheOptions& o) {
+    // As the server makes them: account 0, then one per tenant.
+    o.account_names.assign(1, "");
+    o.account_limits.assign(1, AccountLimits{});
+    for (const daemon::Tenant& t : (*policy)->tenants()) {
+      o.account_names.push_back(t.name);
+      o.account_limits.push_back(AccountLimits{});
+    }
+  });
+  const auto admit = [&](uid_t uid) {
+    daemon::PeerIdentity p;
+    p.transport = daemon::PeerIdentity::Transport::kUnix;
+    p.uid = uid;
+    p.gid = uid;
+    p.pid = getpid();
+    p.address = "fd:9";
+    return (*policy)->Admit(p).value();
+  };
+  const Caller alpha = admit(1001);
+  const Caller beta = admit(1002);
+  const Caller ops = admit(1000);  // an administrator, in alpha for its own
+  ASSERT_TRUE(ops.scope.admin());
+  ASSERT_EQ(ops.scope.name(), "alpha");
+
+  v1::Namespace shared = TestNamespace();
+  shared.set_cache_salt("shared");
+  const auto open = [&](const Caller& c, const v1::Namespace& ns) {
+    v1::OpenSession o;
+    *o.mutable_namespace_() = ns;
+    v1::SessionInfo info;
+    absl::Status s = cache_->OpenSession(o, c, &info);
+    return s.ok() ? absl::StatusOr<v1::SessionInfo>(info)
+                  : absl::StatusOr<v1::SessionInfo>(s);
+  };
+  const absl::StatusOr<v1::SessionInfo> a = open(alpha, shared);
+  const absl::StatusOr<v1::SessionInfo> b = open(beta, shared);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->tenant(), "alpha");
+  EXPECT_EQ(b->tenant(), "beta");
+  EXPECT_NE(a->namespace_id(), b->namespace_id());  // same salt sent
+
+  // alpha caches two blocks; beta, with the same salt, hits none of them.
+  v1::AcquireRequest acq;
+  acq.set_session_id(a->session_id());
+  SetTokens(&acq, Tokens(8, 1));
+  acq.set_allocate(true);
+  v1::AcquireResponse got;
+  ASSERT_TRUE(cache_->Acquire(acq, &got, alpha).ok());
+  v1::CommitRequest commit;
+  commit.set_session_id(a->session_id());
+  commit.set_lease_id(got.lease_id());
+  commit.set_blocks(got.new_blocks());
+  commit.set_release(true);
+  v1::CommitResponse committed;
+  ASSERT_TRUE(cache_->Commit(commit, &committed, alpha).ok());
+  ASSERT_EQ(committed.inserted(), 2u);
+  const auto matched = [&](const Caller& c) {
+    v1::MatchRequest m;
+    *m.mutable_namespace_() = shared;
+    SetTokens(&m, Tokens(8, 1));
+    v1::MatchResponse r;
+    EXPECT_TRUE(cache_->Match(m, &r, c).ok());
+    return r.matched_blocks();
+  };
+  EXPECT_EQ(matched(alpha), 2u);
+  EXPECT_EQ(matched(beta), 0u);
+
+  // ListNamespaces: a worker its own, with the salt it sent; an
+  // administrator every tenant's, with the effective salts.
+  const auto salts = [&](const Caller& c) {
+    v1::ListNamespacesResponse r;
+    cache_->ListNamespaces(&r, c);
+    std::vector<std::string> out;
+    for (const auto& e : r.namespaces()) {
+      out.push_back(absl::StrCat(e.namespace_().cache_salt(), "@",
+                                 e.namespace_id() == a->namespace_id()
+                                     ? "a"
+                                     : e.namespace_id() == b->namespace_id()
+                                           ? "b"
+                                           : "?"));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(salts(alpha), (std::vector<std::string>{"shared@a"}));
+  EXPECT_EQ(salts(beta), (std::vector<std::string>{"shared@b"}));
+  EXPECT_EQ(salts(ops), (std::vector<std::string>{"tenant/alpha/shared@a",
+                                                  "tenant/beta/shared@b"}));
+
+  // ListSessions and DumpTree.
+  const auto sessions = [&](const Caller& c) {
+    v1::ListSessionsResponse r;
+    cache_->ListSessions(&r, c);
+    return r.sessions_size();
+  };
+  EXPECT_EQ(sessions(alpha), 1);
+  EXPECT_EQ(sessions(beta), 1);
+  EXPECT_EQ(sessions(ops), 2);
+  const auto nodes = [&](const Caller& c) {
+    v1::DumpTreeRequest req;
+    v1::DumpTreeResponse r;
+    EXPECT_TRUE(cache_->DumpTree(req, &r, c).ok());
+    return r.nodes_size();
+  };
+  EXPECT_EQ(nodes(alpha), 2);
+  EXPECT_EQ(nodes(beta), 0);
+  EXPECT_EQ(nodes(ops), 2);
+
+  // Explain in another namespace: the tokens are cached in alpha's, which
+  // only alpha's members (and administrators) are told of.
+  const auto wrong_namespace = [&](const Caller& c) {
+    v1::ExplainRequest req;
+    *req.mutable_namespace_() = shared;
+    req.mutable_namespace_()->set_cache_salt("other");
+    SetTokens(&req, Tokens(8, 1));
+    v1::ExplainResponse r;
+    EXPECT_TRUE(cache_->Explain(req, &r, c).ok());
+    int n = 0;
+    for (const auto& blk : r.blocks()) {
+      if (blk.state() == v1::BLOCK_STATE_WRONG_NAMESPACE) {
+        EXPECT_EQ(blk.other_namespace_id(), a->namespace_id());
+        ++n;
+      }
+    }
+    return n;
+  };
+  EXPECT_EQ(wrong_namespace(alpha), 2);
+  EXPECT_EQ(wrong_namespace(beta), 0);
+  EXPECT_EQ(wrong_namespace(ops), 2);
+
+  // beta's quota counts the namespaces recorded as beta's: one.
+  v1::Namespace second = shared;
+  second.set_cache_salt("second");
+  const absl::StatusOr<v1::SessionInfo> refused = open(beta, second);
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("tenant beta has 1 namespaces"),
+            std::string::npos)
+      << refused.status();
+  const absl::StatusOr<v1::SessionInfo> alpha_second = open(alpha, second);
+  ASSERT_TRUE(alpha_second.ok()) << alpha_second.status();  // no such quota
+  cache_->CloseSession(alpha_second->session_id());
+
+  cache_->CloseSession(a->session_id());
+  cache_->CloseSession(b->session_id());
+  std::remove(file.c_str());
 }
 
 // With a tier below the pool, an Acquire copies its victims' bytes out of

@@ -23,16 +23,15 @@ PeerIdentity UnixPeer(uid_t uid, pid_t pid) {
   return p;
 }
 
+// A worker of the built-in tenant.
 Caller CallerOf(const PeerIdentity& peer) {
-  Caller c = Caller::Local();
-  c.peer = peer;
-  c.admin = false;
-  return c;
+  return Caller{peer, TenantScope(Caller::Daemon().scope.tenant(),
+                                  /*admin=*/false)};
 }
 
 TEST(SessionTableTest, IdsOwnersLimitsAndErrors) {
   SessionTable m(/*max_sessions=*/2);
-  const Caller& me = Caller::Local();
+  const Caller& me = Caller::Daemon();
   absl::StatusOr<SessionEntry> a = m.Create({.ns = 3}, "a", me, 0, {});
   absl::StatusOr<SessionEntry> b = m.Create({}, "b", me, 0, {});
   ASSERT_TRUE(a.ok() && b.ok());

@@ -52,7 +52,9 @@ case $mode in
 import os, sys
 path = sys.argv[1]
 text = open(path).read().split("\n")
-text = [f"S={os.environ['S']}" if l.startswith("S=") else l for l in text]
+# README's S= line asks radixkvctl for the default endpoint; here it is
+# this test's socket, as radixkvctl prints it (unix:PATH).
+text = [f"S=unix:{os.environ['S']}" if l.startswith("S=") else l for l in text]
 text = [os.environ["PY"] + l[len(".venv/bin/python"):] if l.startswith(".venv/bin/python ") else l
         for l in text]
 open(path, "w").write("\n".join(text))

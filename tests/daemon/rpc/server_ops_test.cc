@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "daemon/rpc/metrics.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -90,10 +92,8 @@ TEST_F(ServerTest, ReflectionListsAndDescribesAllServices) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
-// GET http://127.0.0.1:port/metrics over a plain socket.
-std::string HttpGet(int port, const std::string& path) {
-  const std::string cmd = absl::StrCat("curl -sf --max-time 20 http://127.0.0.1:",
-                                       port, path);
+// The output of `cmd`.
+std::string Run(const std::string& cmd) {
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return out;
@@ -102,6 +102,21 @@ std::string HttpGet(int port, const std::string& path) {
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   pclose(p);
   return out;
+}
+
+// GET http://127.0.0.1:port/metrics over a plain socket.
+std::string HttpGet(int port, const std::string& path) {
+  return Run(absl::StrCat("curl -sf --max-time 20 http://127.0.0.1:", port, path));
+}
+
+// GET http://127.0.0.1:port/path: "<status> <content type>\n<body>".
+std::string HttpGetWithStatus(int port, const std::string& path) {
+  const std::string out = Run(absl::StrCat(
+      "curl -s --max-time 20 -w '\\n%{http_code} %{content_type}' "
+      "http://127.0.0.1:", port, path));
+  const size_t nl = out.rfind('\n');
+  if (nl == std::string::npos) return out;
+  return absl::StrCat(out.substr(nl + 1), "\n", out.substr(0, nl));
 }
 
 TEST_F(ServerTest, MetricsEndpointPassesPromtool) {
@@ -127,17 +142,33 @@ TEST_F(ServerTest, MetricsEndpointPassesPromtool) {
         "radixkv_requests_total{code=\"OK\",method=\"Acquire\"} 1",
         "radixkv_requests_total{code=\"INVALID_ARGUMENT\",method=\"Acquire\"} 1",
         "radixkv_request_duration_seconds_bucket{method=\"Commit\",le=\"+Inf\"} 1",
+        // The same calls under go-grpc-prometheus's names.
+        "grpc_server_started_total{grpc_method=\"Acquire\",grpc_service="
+        "\"radixkv.v1.KvCache\",grpc_type=\"unary\"} 2",
+        "grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Acquire\","
+        "grpc_service=\"radixkv.v1.KvCache\",grpc_type=\"unary\"} 1",
+        "grpc_server_handled_total{grpc_code=\"InvalidArgument\",grpc_method="
+        "\"Acquire\",grpc_service=\"radixkv.v1.KvCache\",grpc_type=\"unary\"} 1",
+        "grpc_server_handling_seconds_bucket{grpc_method=\"Commit\",grpc_service="
+        "\"radixkv.v1.KvCache\",grpc_type=\"unary\",le=\"+Inf\"} 1",
+        "grpc_server_started_total{grpc_method=\"Session\",grpc_service="
+        "\"radixkv.v1.KvCache\",grpc_type=\"bidi_stream\"} 1",
+        "grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Session\","
+        "grpc_service=\"radixkv.v1.KvCache\",grpc_type=\"bidi_stream\"} 1",
+        "grpc_server_started_total{grpc_method=\"WatchEvents\",grpc_service="
+        "\"radixkv.v1.Admin\",grpc_type=\"server_stream\"} 0",
+        "# TYPE grpc_server_handling_seconds histogram",
         "radixkv_build_info{version=\"", ",commit=\"", "process_cpu_seconds_total ",
         "process_resident_memory_bytes ", "process_open_fds ", "process_max_fds ",
         "process_start_time_seconds "}) {
     EXPECT_NE(text.find(want), std::string::npos) << "missing: " << want;
   }
-  // The probes answer while the daemon serves.
-  for (const char* path : {"/healthz", "/readyz"}) {
-    EXPECT_NE(HttpGet(server_->metrics_port(), path).find("radixkv_up 1"),
-              std::string::npos)
-        << path;
-  }
+  // The probes answer while the daemon serves: /healthz in exposition
+  // text, /readyz a short plain-text status.
+  EXPECT_NE(HttpGet(server_->metrics_port(), "/healthz").find("radixkv_up 1"),
+            std::string::npos);
+  EXPECT_EQ(HttpGetWithStatus(server_->metrics_port(), "/readyz"),
+            "200 text/plain; charset=utf-8\nready\n");
   // No unbounded label values: session ids never appear.
   EXPECT_EQ(text.find(session.id()), std::string::npos);
 
@@ -171,11 +202,30 @@ TEST(ServerStartTest, MetricsPortInUseIsAClearError) {
   auto server = daemon::Server::Start(o);
   close(fd);
   ASSERT_FALSE(server.ok());
-  EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(server.status().message().find(
-                absl::StrCat("metrics_listen ", listen_addr, ": address in use")),
-            std::string::npos)
+  // In use: a runtime failure (radixkvd exits 1), named by the flag.
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StartsWith(
+      server.status().message(),
+      absl::StrCat("--metrics_listen=", listen_addr, ": cannot listen (address in use)")))
       << server.status();
+  EXPECT_EQ(server.status().message().find("CivetServer"), std::string::npos)
+      << server.status();
+}
+
+// /readyz is 503 "not ready: starting" from the moment the metrics port
+// listens until the server is ready, then 200 "ready".
+TEST(MetricsReadyzTest, NotReadyUntilMarkedReady) {
+  daemon::Metrics metrics(nullptr);  // /metrics is not scraped here
+  ASSERT_TRUE(metrics.Serve("127.0.0.1:0").ok());
+  ASSERT_GT(metrics.port(), 0);
+  EXPECT_EQ(HttpGetWithStatus(metrics.port(), "/readyz"),
+            "503 text/plain; charset=utf-8\nnot ready: starting\n");
+  EXPECT_EQ(HttpGetWithStatus(metrics.port(), "/healthz").substr(0, 4), "404 ");
+  metrics.MarkReady();
+  EXPECT_EQ(HttpGetWithStatus(metrics.port(), "/readyz"),
+            "200 text/plain; charset=utf-8\nready\n");
+  metrics.StopServing();
+  EXPECT_EQ(metrics.port(), 0);
 }
 
 // --max_pool_pages must be usable, and a none pool may not exceed it; each

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -130,8 +131,10 @@ TEST_F(UnixListenerTest, TheListenerStopsAcceptingWhenDestroyed) {
   ASSERT_TRUE(Start(path_).ok());
   ASSERT_TRUE(Call().ok());
   listener_.reset();
-  // The socket file stays, but nobody accepts: a connect gets queued at
-  // most, and a call does not complete.
+  // The socket file it bound is gone, and nobody accepts: a call does not
+  // complete.
+  struct stat st;
+  EXPECT_NE(lstat(path_.c_str(), &st), 0);
   auto stub = v1::Admin::NewStub(
       grpc::CreateChannel("unix:" + path_, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -140,6 +143,26 @@ TEST_F(UnixListenerTest, TheListenerStopsAcceptingWhenDestroyed) {
   v1::GetStatsResponse resp;
   EXPECT_FALSE(stub->GetStats(&ctx, v1::GetStatsRequest(), &resp).ok());
   EXPECT_EQ(service_.calls(), 1);
+}
+
+// A socket file that replaced the listener's at its path (a newer daemon's)
+// outlives the listener.
+TEST_F(UnixListenerTest, AReplacedSocketFileIsNotRemoved) {
+  ASSERT_TRUE(Start(path_).ok());
+  ASSERT_EQ(unlink(path_.c_str()), 0);
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path_.data(), path_.size());
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  struct stat replaced;
+  ASSERT_EQ(lstat(path_.c_str(), &replaced), 0);
+  listener_.reset();
+  struct stat after;
+  ASSERT_EQ(lstat(path_.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, replaced.st_ino);
+  close(fd);
 }
 
 TEST_F(UnixListenerTest, BadPathsAreRefused) {

@@ -193,20 +193,22 @@ TEST(AccessPolicyTest, WithoutAFileEveryVerifiedPeerIsTheDefaultTenant) {
     SCOPED_TRACE(peer.ToString());
     const absl::StatusOr<Caller> c = a.Admit(peer);
     ASSERT_TRUE(c.ok()) << c.status();
-    EXPECT_EQ(c->tenant->name, "default");
-    EXPECT_EQ(c->tenant->account, 0u);
-    EXPECT_TRUE(c->tenant->salt_prefix.empty());
+    EXPECT_EQ(c->scope.name(), "default");
+    EXPECT_EQ(c->scope.account(), 0u);
+    EXPECT_TRUE(c->scope.tenant().salt_prefix.empty());
   }
   // Administrators: uid 0 and the daemon's own uid on Unix, in-process.
-  EXPECT_TRUE(a.Admit(Unix(0, 0))->admin);
-  EXPECT_TRUE(a.Admit(Unix(500, 7))->admin);
-  EXPECT_FALSE(a.Admit(Unix(501, 7))->admin);
-  EXPECT_TRUE(a.Admit(PeerIdentity::InProcess())->admin);
-  EXPECT_FALSE(a.Admit(Tcp())->admin);
-  EXPECT_FALSE(a.Admit(Tls("ops"))->admin);
-  // Salts are the client's own.
-  EXPECT_EQ(AccessPolicy::EffectiveSalt(a.tenants()[0], "s"), "s");
-  EXPECT_EQ(a.TenantOfSalt("anything"), &a.tenants()[0]);
+  EXPECT_TRUE(a.Admit(Unix(0, 0))->scope.admin());
+  EXPECT_TRUE(a.Admit(Unix(500, 7))->scope.admin());
+  EXPECT_FALSE(a.Admit(Unix(501, 7))->scope.admin());
+  EXPECT_TRUE(a.Admit(PeerIdentity::InProcess())->scope.admin());
+  EXPECT_FALSE(a.Admit(Tcp())->scope.admin());
+  EXPECT_FALSE(a.Admit(Tls("ops"))->scope.admin());
+  // Salts are the client's own, and every peer is of the one tenant.
+  const TenantScope worker = a.Admit(Unix(501, 7))->scope;
+  EXPECT_EQ(worker.EffectiveSalt("s"), "s");
+  EXPECT_EQ(worker.VisibleSalt("anything"), "anything");
+  EXPECT_TRUE(worker.Owns(a.Admit(Tcp())->scope.name()));
 }
 
 TEST(AccessPolicyTest, AnUnverifiedUnixConnectionIsRefused) {
@@ -241,7 +243,7 @@ class TenantsTest : public testing::Test {
   }
   std::string TenantOf(const PeerIdentity& peer) {
     const absl::StatusOr<Caller> c = policy_->Admit(peer);
-    return c.ok() ? c->tenant->name : std::string(c.status().message());
+    return c.ok() ? c->scope.name() : std::string(c.status().message());
   }
   std::unique_ptr<AccessPolicy> policy_;
 };
@@ -279,7 +281,7 @@ TEST_F(TenantsTest, AdministratorsAndTheirTenant) {
        {.admin_gids = {4000}, .admin_subjects = {"root-ca"}, .self_uid = 999});
   const auto admin = [&](const PeerIdentity& p) {
     const absl::StatusOr<Caller> c = policy_->Admit(p);
-    return c.ok() && c->admin;
+    return c.ok() && c->scope.admin();
   };
   EXPECT_TRUE(admin(Unix(0, 0)));
   EXPECT_TRUE(admin(Unix(999, 5)));        // the daemon's uid
@@ -300,20 +302,23 @@ TEST_F(TenantsTest, AdministratorsAndTheirTenant) {
 
 TEST_F(TenantsTest, SaltsSeparateTenants) {
   Load();
-  const Tenant& alpha = policy_->tenants()[0];
-  const Tenant& beta = policy_->tenants()[1];
-  EXPECT_EQ(AccessPolicy::EffectiveSalt(alpha, ""), "tenant/alpha");
-  EXPECT_EQ(AccessPolicy::EffectiveSalt(alpha, "x"), "tenant/alpha/x");
-  EXPECT_NE(AccessPolicy::EffectiveSalt(alpha, "x"),
-            AccessPolicy::EffectiveSalt(beta, "x"));
-  EXPECT_EQ(AccessPolicy::ClientSalt(alpha, "tenant/alpha/x"), "x");
-  EXPECT_EQ(AccessPolicy::ClientSalt(alpha, "tenant/alpha"), "");
-  EXPECT_EQ(policy_->TenantOfSalt("tenant/alpha"), &alpha);
-  EXPECT_EQ(policy_->TenantOfSalt("tenant/alpha/x"), &alpha);
-  EXPECT_EQ(policy_->TenantOfSalt("tenant/beta/y"), &beta);
-  // A prefix of another name is not that tenant.
-  EXPECT_EQ(policy_->TenantOfSalt("tenant/alphabet"), nullptr);
-  EXPECT_EQ(policy_->TenantOfSalt("plain"), nullptr);
+  // The scopes Admit hands out: alpha's and beta's workers.
+  const TenantScope alpha = policy_->Admit(Unix(1001, 5))->scope;
+  const TenantScope beta = policy_->Admit(Unix(1002, 5))->scope;
+  ASSERT_EQ(alpha.name(), "alpha");
+  ASSERT_EQ(beta.name(), "beta");
+  EXPECT_EQ(alpha.EffectiveSalt(""), "tenant/alpha");
+  EXPECT_EQ(alpha.EffectiveSalt("x"), "tenant/alpha/x");
+  EXPECT_NE(alpha.EffectiveSalt("x"), beta.EffectiveSalt("x"));
+  EXPECT_EQ(alpha.VisibleSalt("tenant/alpha/x"), "x");
+  EXPECT_EQ(alpha.VisibleSalt("tenant/alpha"), "");
+  EXPECT_TRUE(alpha.Owns("alpha"));
+  EXPECT_FALSE(alpha.Owns("beta"));
+  EXPECT_FALSE(alpha.Sees("beta"));
+  // An administrator is shown effective salts and sees every tenant.
+  const TenantScope ops = policy_->Admit(Tls("ops"))->scope;
+  EXPECT_EQ(ops.VisibleSalt("tenant/beta/y"), "tenant/beta/y");
+  EXPECT_TRUE(ops.Sees("beta"));
 }
 
 TEST(PeerMatcherTest, MatchesByTransport) {
