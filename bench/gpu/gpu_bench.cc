@@ -415,9 +415,9 @@ void BenchAttention(cudaStream_t s, bool quick) {
 // the CPU attention over the same pages.
 void BenchKvDtypes(cudaStream_t s, bool quick) {
   constexpr uint32_t kHq = 12, kHkv = 4, kDim = 64, kPrefix = 1856, kSuffix = 192;
-  const KvDType dtypes[] = {KvDType::kFloat32, KvDType::kFloat16,
-                            KvDType::kBFloat16, KvDType::kFloat8E4M3,
-                            KvDType::kFloat8E5M2, KvDType::kInt8};
+  const DType dtypes[] = {DType::kFloat32,    DType::kFloat16,
+                          DType::kBFloat16,   DType::kFloat8E4M3,
+                          DType::kFloat8E5M2, DType::kInt8};
   const char* names[] = {"fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8"};
   std::mt19937 rng(8);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
