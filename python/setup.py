@@ -33,7 +33,7 @@ class BuildPyWithStubs(build_py):
         shutil.rmtree(os.path.join(self.build_lib, "radixkv"), ignore_errors=True)
         super().run()
         proto_dir = os.environ.get("RADIXKV_PROTO_DIR") or os.path.join(
-            HERE, "..", "..", "proto")
+            HERE, "..", "proto")
         proto = os.path.join(proto_dir, "radixkv", "v1", "radixkv.proto")
         if not os.path.exists(proto):
             raise RuntimeError(f"radixkv: {proto} not found (set $RADIXKV_PROTO_DIR "
