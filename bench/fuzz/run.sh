@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes every libFuzzer harness of tests/fuzz for longer than the test
-# suite does. Builds the fuzz preset (clang, ASan + UBSan), then runs each
+# suite does. Builds the check preset's harnesses (clang, ASan + UBSan), then runs each
 # harness for SECONDS (default 600) with JOBS parallel workers (default 1),
-# growing a working corpus under build/fuzz/corpus/<harness> that starts
-# from the committed seeds. Crash inputs land in build/fuzz/artifacts/; a
+# growing a working corpus under build/check/corpus/<harness> that starts
+# from the committed seeds. Crash inputs land in build/check/artifacts/; a
 # crash is made a regression test by copying its input to
 # tests/fuzz/regressions/<harness>/ (docs/TESTING.md).
 #
@@ -23,9 +23,9 @@ if ((${#harnesses[@]} == 0)); then
              fuzz_trace_line)
 fi
 jobs=${JOBS:-1}
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz
-out=build/fuzz
+cmake --preset check >/dev/null
+cmake --build --preset check --target fuzz_all
+out=build/check
 mkdir -p "$out/artifacts" "$out/logs"
 status=0
 for h in "${harnesses[@]}"; do
