@@ -35,7 +35,6 @@ python3-grpcio and the radixkv package of the build (<build>/python).
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -51,21 +50,15 @@ import fleet_sim  # noqa: E402
 PAGE_SIZE = 512
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class FleetDaemon:
     def __init__(self, radixkvd, k, pages):
         import grpc
         from radixkv import pb_grpc
         self.sock = "/tmp/rkfleet%d_%d.sock" % (os.getpid(), k)
-        self.pub = "tcp://127.0.0.1:%d" % free_port()
-        self.rep = "tcp://127.0.0.1:%d" % free_port()
+        # ipc:// paths of this daemon's own: no other process can take
+        # them between choosing and binding, as a loopback port could be.
+        self.pub = "ipc://%s.pub" % self.sock
+        self.rep = "ipc://%s.rep" % self.sock
         self.log = open(self.sock + ".log", "w")
         if os.path.exists(self.sock):
             os.unlink(self.sock)

@@ -2,7 +2,6 @@
 loopback ports of its own, and a small namespace to drive it with."""
 import itertools
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,25 +18,18 @@ import kv_subscriber  # noqa: E402,F401
 _serial = itertools.count()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class EventDaemon:
     """radixkvd on a Unix socket, with --kv_events_endpoint and
-    --kv_events_replay_endpoint on free loopback ports (kept across
-    restart())."""
+    --kv_events_replay_endpoint on ZMQ ipc:// sockets whose paths are this
+    daemon's own (kept across restart()): no other test can take them
+    between choosing and binding, as a loopback port could be."""
 
     def __init__(self, pages=64, flags=(), pool=None, hash_form="int64"):
         n = next(_serial)
         self.sock = f"/tmp/rkev{os.getpid()}_{n}.sock"
         self.log_path = self.sock + ".log"
-        self.pub = f"tcp://127.0.0.1:{free_port()}"
-        self.rep = f"tcp://127.0.0.1:{free_port()}"
+        self.pub = f"ipc://{self.sock}.pub"
+        self.rep = f"ipc://{self.sock}.rep"
         self.hash_form = hash_form
         self.argv = [os.environ["RADIXKVD"], "--socket=" + self.sock,
                      "--metrics_listen=", "--shutdown_grace=1s",
