@@ -12,6 +12,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "radixkv/channel.h"
+#include "radixkv/defaults.h"
 
 #include "client/attach.h"
 #include "gpu/mapped_pool.h"
@@ -57,11 +58,17 @@ std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& options,
 
 Core::Core(const ClientOptions& options, const std::string& target)
     : options_(options),
+      target_(target),
       channel_(MakeChannel(options, target)),
       stub_(v1::KvCache::NewStub(channel_)),
       rng_(std::random_device{}()) {
+  // Known before the first attempt ends, so that a caller who stops
+  // waiting early learns why.
+  const std::string problem =
+      ConnectProblem(target_, /*defaulted=*/options_.endpoint.empty());
   absl::MutexLock lock(&mu_);
-  last_error_ = absl::UnavailableError("session not opened yet");
+  last_error_ = absl::UnavailableError(
+      problem.empty() ? "session not opened yet" : problem);
 }
 
 Core::~Core() { Stop(); }
@@ -228,6 +235,14 @@ void Core::Loop() {
       generation_before = generation_;
     }
     absl::Status why = RunSession();
+    if (absl::IsUnavailable(why) || absl::IsDeadlineExceeded(why)) {
+      const std::string problem =
+          ConnectProblem(target_, /*defaulted=*/options_.endpoint.empty());
+      if (!problem.empty()) {
+        why = absl::UnavailableError(
+            absl::StrCat(problem, " (", why.message(), ")"));
+      }
+    }
     bool opened;
     {
       absl::MutexLock lock(&mu_);

@@ -225,6 +225,7 @@ class Core {
                     const std::vector<uint64_t>& ids);
 
   const ClientOptions options_;
+  const std::string target_;  // the gRPC target the channel dials
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::KvCache::Stub> stub_;
   std::thread thread_;  // the session thread; joined by Stop()
@@ -256,6 +257,8 @@ class Core {
   // The highest heartbeat nonce the daemon has acknowledged on the current
   // stream.
   uint64_t acked_nonce_ ABSL_GUARDED_BY(mu_) = 0;
+  // Why the last open attempt or stream failed; a target that cannot be
+  // reached names the endpoint and the OS error (ConnectProblem).
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   // The live stream's context (owned by RunSession), for cancellation.
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;

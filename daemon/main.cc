@@ -121,6 +121,11 @@ ABSL_FLAG(uint64_t, malloc_trim_threshold, uint64_t{16} << 20,
           "own setting (adaptive, or GLIBC_TUNABLES)");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "on SIGTERM/SIGINT, how long in-flight calls may finish");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "on SIGTERM/SIGINT with a disk tier, how long writing the pool's "
+          "and host tier's blocks down to it may take, hottest first, so "
+          "that a restart finds them (0: not at all); a stop takes at most "
+          "--shutdown_grace + --drain_timeout");
 
 // KV events in vLLM's wire format for cluster routers (docs/EVENTS.md).
 ABSL_FLAG(std::string, kv_events_endpoint, "",
@@ -250,6 +255,12 @@ absl::StatusOr<radixkv::daemon::ServerOptions> OptionsFromFlags() {
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.pool = absl::GetFlag(FLAGS_pool);
   o.tier = absl::GetFlag(FLAGS_tier);
+  o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  if (o.drain_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--drain_timeout=", absl::FormatDuration(o.drain_timeout),
+        " must be 0 (no drain) or more"));
+  }
   o.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
   o.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
   o.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_message_bytes);

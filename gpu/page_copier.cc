@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/bytes.h"
 
 namespace radixkv::gpu {
 namespace {
@@ -107,9 +108,12 @@ absl::StatusOr<std::unique_ptr<HostMemory>> AllocateHostMemory(
   const long page_size = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page_size > 0 &&
       bytes > static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "host memory: ", bytes, " bytes asked for, the machine has ",
-        static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)));
+    // A configuration error: no restart on this machine can grant it.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host memory: ", HumanBytes(bytes), " asked for, the machine has ",
+        HumanBytes(static_cast<uint64_t>(pages) *
+                   static_cast<uint64_t>(page_size)),
+        " in all"));
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -15,9 +15,13 @@ tier, and takes only the newest of an eviction larger than itself, keeps
 one least-recently-demoted order across both. Exit 1 when they differ or
 a tier dropped a block (staging full, write error).
 
+The disk tier runs with the daemon's default settings (asynchronous
+demotion: blocks are hits while their writes are queued) unless --demote
+names drop or wait (write-through).
+
   bench/replay/check_tier_hit_ratio.py --build_dir=build/lead \
       [--capacity=3000] [--host=0] [--tier=30000] [--requests=0] \
-      [--tier_dir=/tmp]
+      [--tier_dir=/tmp] [--demote=default|drop|wait]
 """
 
 import argparse
@@ -48,6 +52,10 @@ def main(argv):
                    help="disk tier blocks (0: none)")
     p.add_argument("--requests", type=int, default=0, help="0: the whole trace")
     p.add_argument("--tier_dir", default="/tmp")
+    p.add_argument("--demote", choices=("default", "drop", "wait"),
+                   default="default",
+                   help="the disk tier's demote= (default: the daemon's own "
+                        "default, no demote= key)")
     args = p.parse_args(argv)
     trace = os.path.join(args.build_dir, "data", "conversation_trace.jsonl")
     if args.requests:
@@ -66,7 +74,8 @@ def main(argv):
     if args.host:
         tiers.append("host,bytes=%d" % (args.host * PAGE_BYTES))
     if args.tier:
-        tiers.append("disk,path=%s,bytes=%d,demote=wait" % (work, tier_bytes))
+        demote = "" if args.demote == "default" else ",demote=" + args.demote
+        tiers.append("disk,path=%s,bytes=%d%s" % (work, tier_bytes, demote))
     if not tiers:
         p.error("--host=0 and --tier=0: no tier to check")
     daemon = subprocess.Popen(
@@ -105,11 +114,12 @@ def main(argv):
         slots += field(t, "capacity_blocks")
         dropped += field(t, "dropped_full") + field(t, "dropped_error")
         print("radixkvd tier %s: %d blocks, %d demoted, %d promoted, "
-              "%d forgotten or moved down, %d dropped" % (
+              "%d forgotten or moved down, %d dropped (%d full, %d error)" % (
                   t.get("kind"), field(t, "capacity_blocks"),
                   field(t, "demoted_blocks"), field(t, "promoted_blocks"),
                   field(t, "forgotten_blocks"),
-                  field(t, "dropped_full") + field(t, "dropped_error")))
+                  field(t, "dropped_full") + field(t, "dropped_error"),
+                  field(t, "dropped_full"), field(t, "dropped_error")))
     sim = tiered_sim.run(trace, args.capacity, slots)
     print("radixkvd: matched %d, hit_ratio %.6f (tiers of %d blocks in all)" % (
         got["matched_blocks"], got["hit_ratio"], slots))

@@ -22,6 +22,7 @@
 #include "base/dtype.h"
 #include "base/status_macros.h"
 #include "radixkv/channel.h"
+#include "radixkv/defaults.h"
 
 namespace radixkv::ctl {
 namespace {
@@ -105,12 +106,21 @@ int CallAndPrint(Context& ctx, const google::protobuf::Message& response,
 int Fail(Context& ctx, const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kDeadlineExceeded: {
+      // A socket that cannot be connected to says why in the OS's words
+      // (no such file, permission denied, nothing listening).
+      const std::string problem = ConnectProblem(
+          ctx.global.target, /*defaulted=*/ctx.global.endpoint.empty());
+      if (!problem.empty()) {
+        *ctx.err << "Error: radixkvd is unreachable: " << problem << "\n";
+        return kExitUnreachable;
+      }
       *ctx.err << "Error: radixkvd at " << ctx.global.target
                << " is unreachable or did not answer within "
                << absl::FormatDuration(ctx.global.timeout) << ": "
                << status.message() << "\n";
       return kExitUnreachable;
+    }
     case absl::StatusCode::kInvalidArgument:
       *ctx.err << "Error: " << status.message() << "\n";
       return kExitBadArgs;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_replace.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
+#include "base/bytes.h"
 #include "nlohmann/json.hpp"
 
 namespace radixkv::ctl {
@@ -32,18 +33,7 @@ std::string OneDecimal(double v) {
 
 }  // namespace
 
-std::string HumanBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB",
-                                           "PiB"};
-  if (bytes < 1024) return absl::StrCat(bytes, " B");
-  double v = static_cast<double>(bytes);
-  int unit = 0;
-  while (v >= 1024 && unit < 5) {
-    v /= 1024;
-    ++unit;
-  }
-  return absl::StrCat(OneDecimal(v), " ", kUnits[unit]);
-}
+std::string HumanBytes(uint64_t bytes) { return radixkv::HumanBytes(bytes); }
 
 std::string HumanCount(uint64_t n) {
   if (n < 1000) return absl::StrCat(n);

@@ -286,6 +286,19 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   return absl::OkStatus();
 }
 
+TierChain::DrainResult Cache::DrainTiers(absl::Time deadline) {
+  if (tiers_ == nullptr) return {};
+  const TierChain::DrainResult r = tiers_->Drain(registry_.tree(), deadline);
+  drained_blocks_.store(r.drained, std::memory_order_relaxed);
+  drain_left_blocks_.store(r.left, std::memory_order_relaxed);
+  return r;
+}
+
+TierChain::DrainResult Cache::last_drain() const {
+  return {.drained = drained_blocks_.load(std::memory_order_relaxed),
+          .left = drain_left_blocks_.load(std::memory_order_relaxed)};
+}
+
 absl::Status Cache::Commit(const v1::CommitRequest& req,
                            v1::CommitResponse* resp, const Caller& caller) {
   ASSIGN_OR_RETURN(SessionRef session,

@@ -199,6 +199,16 @@ class Cache {
   // Ended sessions whose fenced pages wait for a writer to exit.
   size_t fenced_sessions() const { return fences_.waiting(); }
 
+  // At shutdown, once no request runs: writes the pool's committed blocks
+  // (most recently used first) and the host tier's down to the disk tier
+  // until `deadline`, then fdatasync()s it (docs/TIERS.md, Restarts).
+  // Without tiers nothing is written. The result is kept for
+  // last_drain() (metrics during the stop, the log).
+  TierChain::DrainResult DrainTiers(absl::Time deadline);
+  // The last DrainTiers' figures; zero before one ran.
+  TierChain::DrainResult last_drain() const;
+  bool has_tiers() const { return tiers_ != nullptr; }
+
   // Ends every expired lease now; returns how many. The sweeper calls it.
   uint64_t SweepExpiredLeases();
   // Forgets every namespace no session is bound to that holds no cached
@@ -236,6 +246,8 @@ class Cache {
   SessionTable sessions_;
   std::atomic<uint64_t> lease_abandoned_{0};
   std::atomic<uint64_t> permission_denied_{0};
+  std::atomic<uint64_t> drained_blocks_{0};  // last_drain()
+  std::atomic<uint64_t> drain_left_blocks_{0};
   FenceTracker fences_;
 
   absl::Mutex sweeper_mu_;

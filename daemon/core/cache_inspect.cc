@@ -6,9 +6,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/core/cache.h"
+#include "base/dtype.h"
 #include "base/status_macros.h"
 #include "radixkv/errors.h"
 #include "radixkv/namespace_spec.h"
@@ -319,6 +322,47 @@ absl::Status Cache::DumpTree(const v1::DumpTreeRequest& req,
   return absl::OkStatus();
 }
 
+// The fields in which namespace `there` differs from `here`, by their
+// names in v1::Namespace, each with its values for people ("model: \"b\"
+// there, \"a\" here"); cache_salt's values are never shown.
+static std::vector<std::pair<std::string, std::string>> NamespaceDifferences(
+    const NamespaceSpec& here, const NamespaceSpec& there) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto text = [&](const char* field, const std::string& a,
+                  const std::string& b) {
+    if (a != b) {
+      out.emplace_back(field, absl::StrCat(field, " \"", absl::CHexEscape(b),
+                                           "\" there, \"",
+                                           absl::CHexEscape(a), "\" here"));
+    }
+  };
+  auto number = [&](const char* field, uint64_t a, uint64_t b) {
+    if (a != b) {
+      out.emplace_back(field, absl::StrCat(field, " ", b, " there, ", a, " here"));
+    }
+  };
+  text("model", here.model, there.model);
+  text("model_revision", here.model_revision, there.model_revision);
+  text("lora", here.lora, there.lora);
+  if (here.cache_salt != there.cache_salt) {
+    out.emplace_back("cache_salt", "cache_salt");
+  }
+  number("num_layers", here.num_layers, there.num_layers);
+  number("num_kv_heads", here.num_kv_heads, there.num_kv_heads);
+  number("head_dim", here.head_dim, there.head_dim);
+  if (here.dtype != there.dtype) {
+    out.emplace_back("dtype", absl::StrCat("dtype ", DTypeName(there.dtype),
+                                           " there, ", DTypeName(here.dtype),
+                                           " here"));
+  }
+  number("tp_rank", here.tp_rank, there.tp_rank);
+  number("tp_size", here.tp_size, there.tp_size);
+  if (here.cross_layer != there.cross_layer) {
+    out.emplace_back("cross_layer", "cross_layer");
+  }
+  return out;
+}
+
 // For blocks not cached in the prompt's namespace: index of the first
 // other namespace (same block size) that caches the same tokens as a prefix
 // up to that block, or -1. Only tokens can tell (keys are per namespace).
@@ -328,7 +372,7 @@ static std::vector<int> OtherNamespaceHits(
     const RadixTree& t, const NamespaceRegistry& registry,
     const NamespaceSpec& spec, const BlockKey& root,
     absl::Span<const uint32_t> tokens, size_t blocks, const Caller& caller,
-    uint32_t max_namespaces, std::vector<BlockKey>* other_roots) {
+    uint32_t max_namespaces, std::vector<NamespaceEntry>* others) {
   std::vector<int> hit(blocks, -1);
   uint32_t looked = 0;
   for (const NamespaceEntry& o : registry.WithPageSize(spec.page_size, root)) {
@@ -343,9 +387,9 @@ static std::vector<int> OtherNamespaceHits(
     if (!m.ok()) continue;
     for (size_t i = 0; i < m->size() && i < blocks; ++i) {
       if ((*m)[i].status != BlockStatus::kCached) break;
-      if (hit[i] < 0) hit[i] = static_cast<int>(other_roots->size());
+      if (hit[i] < 0) hit[i] = static_cast<int>(others->size());
     }
-    other_roots->push_back(o.root);
+    others->push_back(o);
   }
   return hit;
 }
@@ -385,12 +429,12 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
           i == 0 ? BlockStatus::kNotPresent : BlockStatus::kParentMissing;
     }
   }
-  std::vector<BlockKey> other_roots;
+  std::vector<NamespaceEntry> others;
   const std::vector<int> other =
       !p.key_mode && t != nullptr
           ? OtherNamespaceHits(*t, registry_, spec, root, tokens,
                                blocks.size(), caller,
-                               options_.explain_max_namespaces, &other_roots)
+                               options_.explain_max_namespaces, &others)
           : std::vector<int>(blocks.size(), -1);
 
   uint32_t matched = 0;
@@ -405,7 +449,7 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
          state == v1::BLOCK_STATE_PARENT_MISSING) &&
         other[i] >= 0) {
       state = v1::BLOCK_STATE_WRONG_NAMESPACE;
-      out->set_other_namespace_id(other_roots[other[i]].ToCanonical());
+      out->set_other_namespace_id(others[other[i]].root.ToCanonical());
     }
     TierBlock in_tier;
     const TierKindInfo* tier =
@@ -415,6 +459,18 @@ absl::Status Cache::Explain(const v1::ExplainRequest& req,
     if (tier != nullptr) state = v1::BLOCK_STATE_IN_TIER;
     out->set_state(state);
     out->set_reason(Reason(state));
+    if (state == v1::BLOCK_STATE_WRONG_NAMESPACE) {
+      std::vector<std::string> texts;
+      for (auto& [field, text] :
+           NamespaceDifferences(spec, others[other[i]].spec)) {
+        out->add_differing_fields(field);
+        texts.push_back(std::move(text));
+      }
+      if (!texts.empty()) {
+        out->set_reason(absl::StrCat(Reason(state), ", which differs in ",
+                                     absl::StrJoin(texts, "; ")));
+      }
+    }
     if (tier != nullptr) {
       out->set_tier(tier->name);
       out->set_reason(absl::StrCat("in the ", tier->name,

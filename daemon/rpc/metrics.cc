@@ -376,6 +376,18 @@ class Metrics::StateCollector : public prometheus::Collectable {
     out.push_back(std::move(pages));
     if (s.tenants_size() > 0) AddTenantFamilies(s, &out);
     if (s.tiers_size() > 0) AddTierFamilies(s.tiers(), &out);
+    if (cache_->has_tiers()) {
+      // Written during a stop (metrics are served until it ends).
+      auto drain = Family("radixkv_tier_drain_blocks",
+                          "Blocks of the pool and the host tier the last "
+                          "graceful stop wrote down to the disk tier "
+                          "(drained) or left behind (left).",
+                          MetricType::Gauge);
+      const TierChain::DrainResult d = cache_->last_drain();
+      AddValue(&drain, d.drained, {{"result", "drained"}});
+      AddValue(&drain, d.left, {{"result", "left"}});
+      out.push_back(std::move(drain));
+    }
 
     auto gauge = [&out](const char* name, const char* help, double v) {
       auto f = Family(name, help, MetricType::Gauge);
@@ -493,6 +505,10 @@ Metrics::Metrics(const Cache* cache)
 }
 
 Metrics::~Metrics() { StopServing(); }
+
+void Metrics::MarkStopping() {
+  ready_.store(kStopping, std::memory_order_release);
+}
 
 void Metrics::StopServing() {
   ready_.store(kStopping, std::memory_order_release);

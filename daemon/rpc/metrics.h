@@ -83,8 +83,12 @@ class Metrics {
   // The daemon is up and serving: /readyz answers 200 "ready", and
   // /healthz is added (200, "radixkv_up 1"; 404 before).
   void MarkReady();
-  // Stops the exposer: from the start of draining, every path (probes
-  // included) refuses connections.
+  // Draining has begun: /readyz answers 503 "not ready: draining"; the
+  // other paths (/metrics with the drain's figures) are served until
+  // StopServing.
+  void MarkStopping();
+  // Stops the exposer: from then on every path (probes included) refuses
+  // connections.
   void StopServing();
   // The bound port (useful with port 0); 0 when not serving.
   int port() const;

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "daemon/rpc/admin_service.h"
 #include "daemon/rpc/kv_service.h"
 #include "base/log.h"
@@ -29,6 +30,35 @@
 
 namespace radixkv::daemon {
 namespace {
+
+// Lives as long as its call: counts the calls gRPC holds, so that Shutdown
+// waits for calls, not for connections that carry none (idle clients).
+class CallCounter final : public grpc::experimental::Interceptor {
+ public:
+  explicit CallCounter(std::atomic<int64_t>* calls) : calls_(calls) {
+    calls_->fetch_add(1, std::memory_order_relaxed);
+  }
+  ~CallCounter() override { calls_->fetch_sub(1, std::memory_order_release); }
+  void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
+    m->Proceed();
+  }
+
+ private:
+  std::atomic<int64_t>* const calls_;
+};
+
+class CallCounterFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit CallCounterFactory(std::atomic<int64_t>* calls) : calls_(calls) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo*) override {
+    return new CallCounter(calls_);
+  }
+
+ private:
+  std::atomic<int64_t>* const calls_;
+};
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
@@ -358,9 +388,14 @@ absl::Status Server::StartGrpc() {
   builder.RegisterService(kv_service_.get());
   builder.RegisterService(admin_service_.get());
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<CallCounterFactory>(&calls_));
   if (options_.interceptors) {
-    builder.experimental().SetInterceptorCreators(options_.interceptors());
+    for (auto& i : options_.interceptors()) interceptors.push_back(std::move(i));
   }
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
                              ToMillis(options_.keepalive_time));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
@@ -387,7 +422,7 @@ void Server::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   draining_.store(true, std::memory_order_release);
-  if (metrics_ != nullptr) metrics_->StopServing();
+  if (metrics_ != nullptr) metrics_->MarkStopping();
   if (grpc_server_ != nullptr) {
     if (auto* health = grpc_server_->GetHealthCheckService()) {
       health->Shutdown();  // everything reports NOT_SERVING from now on
@@ -397,11 +432,33 @@ void Server::Shutdown(absl::Duration grace) {
   if (kv_service_ != nullptr) kv_service_->Shutdown();
   if (cache_ != nullptr) cache_->events().Shutdown();
   if (grpc_server_ != nullptr) {
-    grpc_server_->Shutdown(std::chrono::system_clock::now() +
-                           absl::ToChronoMilliseconds(grace));
+    // Calls in flight may finish within `grace`; once none is left, gRPC
+    // stops at once, closing connections that carry no call (an idle
+    // client's) instead of waiting out the grace for them.
+    const absl::Time deadline = absl::Now() + grace;
+    while (calls_.load(std::memory_order_acquire) > 0 &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    grpc_server_->Shutdown(std::chrono::system_clock::now());
     grpc_server_->Wait();
     grpc_server_.reset();
   }
+  // No request runs now: the pool's pages hold still while they are read.
+  if (cache_ != nullptr && cache_->has_tiers() &&
+      options_.drain_timeout > absl::ZeroDuration()) {
+    const absl::Time start = absl::Now();
+    const TierChain::DrainResult d =
+        cache_->DrainTiers(start + options_.drain_timeout);
+    Log(d.left == 0 ? LogLevel::kInfo : LogLevel::kWarning,
+        absl::StrCat("drain: ", d.drained,
+                     " blocks of the pool and host tier written to the disk "
+                     "tier, ", d.left, " left behind, in ",
+                     absl::FormatDuration(absl::Now() - start),
+                     " (--drain_timeout=",
+                     absl::FormatDuration(options_.drain_timeout), ")"));
+  }
+  if (metrics_ != nullptr) metrics_->StopServing();
   attach_server_.reset();
   if (kv_events_ != nullptr) kv_events_->Stop();  // publishes what is queued
   metrics_.reset();

@@ -95,6 +95,9 @@ struct ServerOptions {
   std::function<std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>()>
       interceptors;
+  // On Shutdown, how long writing the pool's and host tier's blocks down
+  // to the disk tier may take (--drain_timeout; 0: not at all).
+  absl::Duration drain_timeout = absl::Seconds(30);
   // KV events in vLLM's format (--kv_events_*; docs/EVENTS.md). Empty
   // endpoint: off. The medium is set by Start from the pool.
   KvEventsOptions kv_events;
@@ -115,8 +118,11 @@ class Server {
 
   // Stops accepting work (new calls get UNAVAILABLE, health turns
   // NOT_SERVING), ends Session and WatchEvents streams, lets in-flight unary
-  // calls finish within `grace`, then stops the attach socket and metrics.
-  // Idempotent.
+  // calls finish within `grace`, then (with a disk tier) writes the pool's
+  // and host tier's blocks down to it within options.drain_timeout
+  // (Cache::DrainTiers, logged), then stops the attach socket and metrics.
+  // So it returns within grace + drain_timeout, plus the disk writes
+  // already running at the drain's deadline. Idempotent.
   void Shutdown(absl::Duration grace);
 
   const std::string& socket_path() const { return options_.socket_path; }
@@ -139,6 +145,8 @@ class Server {
   std::string attach_path_;
   int tcp_port_ = 0;
   std::atomic<bool> draining_{false};
+  // Calls gRPC holds (an interceptor counts them); Shutdown waits for them.
+  std::atomic<int64_t> calls_{0};
   bool shut_down_ = false;
 
   // Declared before cache_ so that it outlives the tree it listens to.

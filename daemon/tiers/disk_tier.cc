@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -18,7 +19,9 @@ namespace radixkv::daemon {
 
 using disk_tier::kNoSlot;
 
-// Recycles kAlign-aligned staging buffers of one size. Buffers are handed
+// Recycles staging buffers of one size: kAlign-aligned when the size is a
+// multiple of kAlign (written with O_DIRECT as they are), else plain heap
+// memory (copied into an aligned stride when written). Buffers are handed
 // out as shared_ptrs whose deleter returns them here; the pool lives as
 // long as its last buffer. Thread-safe.
 class DiskTier::StagingPool
@@ -36,7 +39,14 @@ class DiskTier::StagingPool
         free_.pop_back();
       }
     }
-    if (p == nullptr) p = disk_tier::AllocateAligned(buffer_bytes_).release();
+    if (p == nullptr) {
+      if (buffer_bytes_ % disk_tier::kAlign == 0) {
+        p = disk_tier::AllocateAligned(buffer_bytes_).release();
+      } else {
+        p = static_cast<char*>(std::malloc(buffer_bytes_));
+        if (p == nullptr) std::abort();  // as AllocateAligned
+      }
+    }
     std::shared_ptr<StagingPool> self = shared_from_this();
     return Staged(p, [self](char* q) { self->Return(q); });
   }
@@ -86,10 +96,10 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(
         o.page_bytes, " bytes (needs at least ",
         disk_tier::MinBytesForOneSlot(o.page_bytes), ")"));
   }
-  if (o.max_pending_bytes < layout.stride) {
+  if (o.max_pending_bytes < layout.page_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tier=disk: max_pending_bytes=", o.max_pending_bytes,
-        " is below one block's slot (", layout.stride, " bytes)"));
+        " is below one block (", layout.page_bytes, " bytes)"));
   }
   absl::StatusOr<disk_tier::TierFile> file =
       disk_tier::OpenTierFile(o.path, layout, o.direct_io);
@@ -115,10 +125,18 @@ DiskTier::DiskTier(const DiskTierOptions& o, const disk_tier::Layout& layout,
       data_fd_(file.data_fd),
       direct_(file.direct),
       staging_pool_(std::make_shared<StagingPool>(
-          layout.stride, o.max_pending_bytes / layout.stride)) {
+          layout.page_bytes, o.max_pending_bytes / layout.page_bytes)) {
   absl::MutexLock l(&mu_);
-  slots_.resize(layout.slots);
-  for (uint64_t i = layout.slots; i-- > 0;) FreeSlot(static_cast<uint32_t>(i));
+  // Every staged buffer is one pending entry: entries beyond the slots
+  // cover them, so a Put whose staging was reserved always finds an entry.
+  const uint64_t staged_entries = std::min<uint64_t>(
+      o.max_pending_bytes / layout.page_bytes, uint64_t{1} << 20);
+  slots_.resize(layout.slots + staged_entries);
+  for (uint64_t i = slots_.size(); i-- > 0;) FreeEntry(static_cast<uint32_t>(i));
+  free_slots_.reserve(layout.slots);
+  for (uint64_t i = layout.slots; i-- > 0;) {
+    free_slots_.push_back(static_cast<uint32_t>(i));
+  }
 }
 
 DiskTier::~DiskTier() {
@@ -165,17 +183,25 @@ void DiskTier::Reload() {
     for (Slot& s : slots_) s.live = false;
   }
   std::sort(found.begin(), found.end());
-  // Rebuild the free list from scratch: every slot not live is free.
+  // Rebuild the free lists from scratch: a reloaded block is the entry of
+  // its own slot's number; every other entry and slot is free.
   free_.Clear();
+  free_slots_.clear();
   for (auto [sequence, slot] : found) {
     Slot& s = slots_[slot];
     next_sequence_ = std::max(next_sequence_, sequence + 1);
     if (!s.live) continue;
     s.state = SlotState::kStored;
+    s.phys = slot;
     lru_.PushNewest(slots_, slot);
   }
+  for (uint64_t i = slots_.size(); i-- > 0;) {
+    if (slots_[i].state == SlotState::kFree) FreeEntry(static_cast<uint32_t>(i));
+  }
   for (uint64_t i = layout_.slots; i-- > 0;) {
-    if (slots_[i].state == SlotState::kFree) FreeSlot(static_cast<uint32_t>(i));
+    if (slots_[i].state == SlotState::kFree) {
+      free_slots_.push_back(static_cast<uint32_t>(i));
+    }
   }
   stats_.reloaded = index_.size();
 }
@@ -187,93 +213,105 @@ void DiskTier::StartThreads(int n) {
 
 // ---- Index and LRU (mu_ held) -------------------------------------------
 
-void DiskTier::FreeSlot(uint32_t slot) {
-  Slot& s = slots_[slot];
+void DiskTier::FreeEntry(uint32_t entry) {
+  Slot& s = slots_[entry];
+  if (s.phys != kNoSlot) free_slots_.push_back(s.phys);
+  s.phys = kNoSlot;
   s.state = SlotState::kFree;
   s.live = false;
-  free_.Push(slots_, slot);
+  free_.Push(slots_, entry);
 }
 
-// Removes the slot's block from the index. A stored slot is freed now; a
-// pending one when its write finishes (FinishWrite); a slot being read is
-// not indexed and never passed here.
-void DiskTier::Unindex(uint32_t slot) {
-  Slot& s = slots_[slot];
+void DiskTier::CancelWrite(uint32_t entry) {
+  staged_.erase(entry);
+  pending_bytes_ -= layout_.page_bytes;
+  --pending_writes_;
+  FreeEntry(entry);
+}
+
+// Removes a live entry's block from the index and the LRU. A stored entry
+// is freed now; a pending one whose write is queued has it cancelled; one
+// whose write runs is freed when it ends (FinishWrite). An entry being
+// read is not live and never passed here.
+void DiskTier::Unindex(uint32_t entry) {
+  Slot& s = slots_[entry];
   index_.erase(s.block.key);
   s.live = false;
+  lru_.Unlink(slots_, entry);
   if (s.state == SlotState::kStored) {
-    lru_.Unlink(slots_, slot);
-    FreeSlot(slot);
+    FreeEntry(entry);
+  } else if (s.phys == kNoSlot) {
+    CancelWrite(entry);
   }
-}
-
-// A free slot, else the least recently stored one (its block is evicted);
-// kNoSlot when every slot is pending or being read.
-uint32_t DiskTier::AllocateSlot(TierBlock* forgotten) {
-  if (free_.empty() && lru_.oldest() != kNoSlot) {
-    if (forgotten != nullptr) *forgotten = slots_[lru_.oldest()].block;
-    Unindex(lru_.oldest());
-    ++stats_.evictions;
-  }
-  return free_.Pop(slots_);
 }
 
 // ---- Put -------------------------------------------------------------------
 
 bool DiskTier::Put(const TierBlock& block, const void* page,
                    std::vector<TierBlock>* forgotten) {
-  const uint64_t stride = layout_.stride;
+  return PutAt(block, page, forgotten, /*sequence=*/0,
+               options_.wait_for_staging ? absl::InfiniteFuture()
+                                         : absl::InfinitePast());
+}
+
+bool DiskTier::PutAt(const TierBlock& block, const void* page,
+                     std::vector<TierBlock>* forgotten, uint64_t sequence,
+                     absl::Time wait_until) {
+  const uint64_t staged = layout_.page_bytes;  // staging bytes per block
   {
     absl::MutexLock l(&mu_);
     if (absl::Now() < refuse_until_) {
       ++stats_.dropped_error;
       return false;
     }
-    if (options_.wait_for_staging) {
+    if (wait_until == absl::InfiniteFuture()) {
       mu_.Await(absl::Condition(this, &DiskTier::StagingHasRoom));
+    } else if (wait_until > absl::Now()) {
+      mu_.AwaitWithDeadline(absl::Condition(this, &DiskTier::StagingHasRoom),
+                            wait_until);
     }
-    if (pending_bytes_ + stride > options_.max_pending_bytes) {
+    if (pending_bytes_ + staged > options_.max_pending_bytes) {
       ++stats_.dropped_full;
       return false;
     }
-    pending_bytes_ += stride;
+    pending_bytes_ += staged;
   }
   // The copy runs with no lock held; the block is indexed only once its
   // staging buffer is complete, so Take never sees a partial copy.
   Staged data = staging_pool_->Get();
   std::memcpy(data.get(), page, layout_.page_bytes);
-  if (stride > layout_.page_bytes) {
-    std::memset(data.get() + layout_.page_bytes, 0, stride - layout_.page_bytes);
-  }
   WriteJob job;
   {
     absl::MutexLock l(&mu_);
     auto it = index_.find(block.key);
     if (it != index_.end()) Unindex(it->second);
-    const uint64_t evictions = stats_.evictions;
-    TierBlock lost;
-    uint32_t slot = AllocateSlot(&lost);
-    if (forgotten != nullptr && stats_.evictions != evictions) {
-      forgotten->push_back(lost);
+    // Full: the least recently put blocks leave, whatever their state.
+    while (index_.size() >= layout_.slots && lru_.oldest() != kNoSlot) {
+      if (forgotten != nullptr) forgotten->push_back(slots_[lru_.oldest()].block);
+      Unindex(lru_.oldest());
+      ++stats_.evictions;
     }
-    if (slot == kNoSlot) {
-      pending_bytes_ -= stride;
+    const uint32_t entry = free_.Pop(slots_);
+    if (entry == kNoSlot) {
+      pending_bytes_ -= staged;
       ++stats_.dropped_full;
       return false;
     }
-    Slot& s = slots_[slot];
+    Slot& s = slots_[entry];
     s.block = block;
-    s.sequence = next_sequence_++;
+    s.sequence = sequence != 0 ? sequence : next_sequence_++;
     s.state = SlotState::kPending;
+    s.phys = kNoSlot;
     s.live = true;
-    index_[block.key] = slot;
-    staged_[slot] = data;
+    index_[block.key] = entry;
+    lru_.PushNewest(slots_, entry);
+    staged_[entry] = std::move(data);
     ++pending_writes_;
     ++stats_.demotions;
-    job = WriteJob{slot, s.sequence, block, std::move(data)};
+    job = WriteJob{.entry = entry, .sequence = s.sequence};
   }
   Enqueue(std::move(job));
-  if (options_.wait_for_staging) {
+  if (options_.wait_for_staging && sequence == 0) {
     absl::MutexLock l(&mu_);
     mu_.Await(absl::Condition(this, &DiskTier::NoPendingWrites));
   }
@@ -306,7 +344,7 @@ DiskTierStats DiskTier::stats() const {
   absl::ReaderMutexLock l(&mu_);
   DiskTierStats s = stats_;
   s.slots = layout_.slots;
-  s.used = index_.size();
+  s.used = index_.size();  // pending blocks included
   s.pending = pending_writes_;
   s.direct_io = direct_;
   return s;
@@ -314,24 +352,26 @@ DiskTierStats DiskTier::stats() const {
 
 // ---- Take ------------------------------------------------------------------
 
-// Takes the present prefix of `keys` out of the index: stored slots become
-// kReading (owned by this Take), pending ones keep their state and lend
-// their staging buffer. Returns how many were claimed.
+// Takes the present prefix of `keys` out of the index and the LRU: stored
+// entries become kReading (owned by this Take, their slot kept from
+// reuse), pending ones keep their state and lend their staging buffer
+// (the claim's reference keeps it from reuse until the copy out of it
+// ends). Returns how many were claimed.
 size_t DiskTier::ClaimForTake(absl::Span<const BlockKey> keys,
                               std::vector<Claim>* claims) {
   for (const BlockKey& key : keys) {
     auto it = index_.find(key);
     if (it == index_.end()) break;
-    uint32_t slot = it->second;
-    Slot& s = slots_[slot];
+    const uint32_t entry = it->second;
+    Slot& s = slots_[entry];
     index_.erase(it);
+    lru_.Unlink(slots_, entry);
     s.live = false;
     if (s.state == SlotState::kPending) {
-      claims->push_back({slot, s.sequence, staged_[slot]});
+      claims->push_back({entry, s.phys, s.sequence, staged_[entry]});
     } else {
-      lru_.Unlink(slots_, slot);
       s.state = SlotState::kReading;
-      claims->push_back({slot, s.sequence, nullptr});
+      claims->push_back({entry, s.phys, s.sequence, nullptr});
     }
   }
   return claims->size();
@@ -413,24 +453,33 @@ void DiskTier::HelpWithReads(ReadBatch* batch) {
   batch->counter.Wait();
 }
 
-// Frees the served blocks' slots, drops failed ones, and puts back the
-// claimed blocks after the first failure that read well (unless their key
-// was put again meanwhile).
+// Frees the served blocks' entries (a served pending one's queued write is
+// cancelled), drops failed ones, and puts back the claimed blocks after the
+// first failure that read well, as the newest, unless their key was put
+// again meanwhile or the tier is full (then they are dropped).
 void DiskTier::SettleTake(absl::Span<const BlockKey> keys,
                           absl::Span<const Claim> claims,
                           absl::Span<const ReadResult> results, size_t served,
                           std::vector<BlockKey>* dropped) {
   for (size_t i = 0; i < claims.size(); ++i) {
     const Claim& c = claims[i];
-    Slot& s = slots_[c.slot];
+    Slot& s = slots_[c.entry];
     const bool ok = results[i] == ReadResult::kOk;
     if (c.staged != nullptr) {
-      // Still pending (or already finished and freed by FinishWrite).
-      if (i > served && s.state == SlotState::kPending &&
-          s.sequence == c.sequence && !s.live && !index_.contains(keys[i])) {
+      // Still pending, unless its write ended (or its queued write was
+      // found void) meanwhile and the entry was freed or reused.
+      const bool mine = s.state == SlotState::kPending &&
+                        s.sequence == c.sequence && !s.live;
+      if (!mine) continue;
+      if (i > served && !index_.contains(keys[i]) &&
+          index_.size() < layout_.slots) {
         s.live = true;
-        index_[keys[i]] = c.slot;
+        index_[keys[i]] = c.entry;
+        lru_.PushNewest(slots_, c.entry);
+      } else if (s.phys == kNoSlot) {
+        CancelWrite(c.entry);
       }
+      // A running write frees it when it ends.
       continue;
     }
     stats_.bytes_read += layout_.stride;
@@ -441,13 +490,19 @@ void DiskTier::SettleTake(absl::Span<const BlockKey> keys,
     }
     if (!ok && dropped != nullptr) dropped->push_back(keys[i]);
     if (i < served || !ok || index_.contains(keys[i])) {
-      FreeSlot(c.slot);
+      FreeEntry(c.entry);
+      continue;
+    }
+    if (index_.size() >= layout_.slots) {
+      // Its room went to newer blocks while it was read: it leaves.
+      if (dropped != nullptr) dropped->push_back(keys[i]);
+      FreeEntry(c.entry);
       continue;
     }
     s.state = SlotState::kStored;
     s.live = true;
-    index_[keys[i]] = c.slot;
-    lru_.PushNewest(slots_, c.slot);
+    index_[keys[i]] = c.entry;
+    lru_.PushNewest(slots_, c.entry);
   }
 }
 
@@ -460,6 +515,7 @@ bool DiskTier::NeedsBounce(const void* dst) const {
 
 void DiskTier::WorkerLoop() {
   disk_tier::AlignedBuffer bounce;
+  disk_tier::AlignedBuffer pad;  // a stride for staged blocks to be padded
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
     return stopping_ || !reads_.empty() || (!writes_paused_ && !writes_.empty());
   };
@@ -484,14 +540,51 @@ void DiskTier::WorkerLoop() {
         bounce = disk_tier::AllocateAligned(layout_.stride);
       }
       read->batch->Done(read->index, RunRead(*read, bounce.get()));
-    } else {
-      RunWrite(*write);
+    } else if (StartWrite(&*write)) {
+      if (pad == nullptr && layout_.page_bytes != layout_.stride) {
+        pad = disk_tier::AllocateAligned(layout_.stride);
+      }
+      RunWrite(*write, pad.get());
     }
   }
 }
 
-// Data first, then the header that makes it valid.
-void DiskTier::RunWrite(const WriteJob& job) {
+// A write whose block is still live gets a slot: a free one, waiting
+// until one is. One is bound to come: the live blocks are at most the
+// slots, this one has none, so some slot is free or held by a write or a
+// read that ends. A block that left the tier (evicted, taken, forgotten)
+// before its write started is not written.
+bool DiskTier::StartWrite(WriteJob* job) {
+  absl::MutexLock l(&mu_);
+  const uint32_t e = job->entry;
+  auto mine = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const Slot& s = slots_[e];
+    return s.state == SlotState::kPending && s.sequence == job->sequence &&
+           s.phys == kNoSlot;
+  };
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !mine() || !slots_[e].live || SlotFree();
+  };
+  mu_.Await(absl::Condition(&ready));
+  if (!mine()) return false;  // cancelled and freed already
+  if (!slots_[e].live) {
+    // Claimed by a Take meanwhile (which copies from its staging) or left:
+    // no write.
+    CancelWrite(e);
+    return false;
+  }
+  Slot& s = slots_[e];
+  s.phys = free_slots_.back();
+  free_slots_.pop_back();
+  job->slot = s.phys;
+  job->block = s.block;
+  job->data = staged_[e];
+  return true;
+}
+
+// Data first, then the header that makes it valid. A block staged with
+// fewer bytes than a stride is copied into `pad` and zero-padded.
+void DiskTier::RunWrite(const WriteJob& job, char* pad) {
   disk_tier::SlotHeader h;
   h.key = job.block.key;
   h.parent_key = job.block.parent_key;
@@ -503,7 +596,14 @@ void DiskTier::RunWrite(const WriteJob& job) {
   h.slot = job.slot;
   char header[disk_tier::kSlotHeaderBytes];
   disk_tier::EncodeSlotHeader(h, header);
-  int err = disk_tier::PwriteFull(data_fd_, job.data.get(), layout_.stride,
+  const char* data = job.data.get();
+  if (layout_.page_bytes != layout_.stride) {
+    std::memcpy(pad, data, layout_.page_bytes);
+    std::memset(pad + layout_.page_bytes, 0,
+                layout_.stride - layout_.page_bytes);
+    data = pad;
+  }
+  int err = disk_tier::PwriteFull(data_fd_, data, layout_.stride,
                                   layout_.DataOffset(job.slot));
   if (err == 0) {
     err = disk_tier::PwriteFull(meta_fd_, header, sizeof(header),
@@ -516,26 +616,26 @@ void DiskTier::FinishWrite(const WriteJob& job, int err) {
   bool log = false;
   {
     absl::MutexLock l(&mu_);
-    Slot& s = slots_[job.slot];
-    staged_.erase(job.slot);
-    pending_bytes_ -= layout_.stride;
+    Slot& s = slots_[job.entry];
+    staged_.erase(job.entry);
+    pending_bytes_ -= layout_.page_bytes;
     --pending_writes_;
     if (err == 0) {
       stats_.bytes_written += layout_.stride;
       if (s.live) {
-        s.state = SlotState::kStored;
-        lru_.PushNewest(slots_, job.slot);
+        s.state = SlotState::kStored;  // keeps its place in the LRU
       } else {
-        FreeSlot(job.slot);
+        FreeEntry(job.entry);
       }
       return;
     }
     ++stats_.write_errors;
     if (s.live) {
       index_.erase(s.block.key);
+      lru_.Unlink(slots_, job.entry);
       ++stats_.dropped_error;
     }
-    FreeSlot(job.slot);
+    FreeEntry(job.entry);
     refuse_until_ = absl::Now() + options_.write_error_backoff;
     log = logged_errors_.insert(err).second;
   }
@@ -673,6 +773,42 @@ size_t DiskTier::Take(absl::Span<const BlockKey> keys,
     moves->push_back({.stored = false, .medium = medium(), .block = {.key = k}});
   }
   return got;
+}
+
+// ---- Drain (shutdown) ---------------------------------------------------------
+
+uint64_t DiskTier::ReserveSequences(uint64_t n) {
+  absl::MutexLock l(&mu_);
+  const uint64_t first = next_sequence_;
+  next_sequence_ += n;
+  return first;
+}
+
+bool DiskTier::PutForDrain(const TierBlock& block, const void* bytes,
+                           uint64_t sequence, absl::Time deadline) {
+  if (absl::Now() >= deadline) return false;
+  return PutAt(block, bytes, /*forgotten=*/nullptr, sequence, deadline);
+}
+
+size_t DiskTier::FinishDrain(absl::Time deadline) {
+  size_t abandoned = 0;
+  {
+    absl::MutexLock l(&mu_);
+    mu_.AwaitWithDeadline(absl::Condition(this, &DiskTier::NoPendingWrites),
+                          deadline);
+    // Writes not started by the deadline are not made: their blocks leave.
+    std::vector<uint32_t> queued;
+    for (const auto& [entry, buffer] : staged_) {
+      const Slot& s = slots_[entry];
+      if (s.state == SlotState::kPending && s.phys == kNoSlot && s.live) {
+        queued.push_back(entry);
+      }
+    }
+    for (uint32_t entry : queued) Unindex(entry);
+    abandoned = queued.size();
+  }
+  Flush();  // the writes already running, then fdatasync
+  return abandoned;
 }
 
 // ---- Flush and tests ---------------------------------------------------------

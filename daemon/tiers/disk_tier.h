@@ -55,7 +55,8 @@ struct DiskTierOptions {
   uint64_t bytes = 0;       // the file's size budget (slots = bytes / slot size)
   uint64_t page_bytes = 0;  // bytes per block (the pool's page size), > 0
   int io_threads = 2;       // 1..64
-  uint64_t max_pending_bytes = 64ull << 20;  // staged writes not yet on disk
+  // Staged writes not yet on disk: page_bytes per block.
+  uint64_t max_pending_bytes = 64ull << 20;
   // O_DIRECT for block data where the filesystem allows it (else buffered).
   bool direct_io = true;
   // After a write error, Put refuses blocks (dropped_error) for this long.
@@ -103,14 +104,18 @@ class DiskTier final : public Tier {
   // Copies `page` (page_bytes) into a staging buffer and queues its write;
   // never waits for I/O, except with wait_for_staging (write-through, see
   // DiskTierOptions). Returns false (dropped_full) when
-  // max_pending_bytes would be exceeded (without wait_for_staging) or no
-  // slot can be reused (all pending or being read),
-  // or (dropped_error) within write_error_backoff of a write error; a
-  // dropped block is simply not in the tier. A key already present is
-  // replaced. When every slot is used, the least recently put block's slot
-  // is reused (LRU).
-  // The block whose slot was reused for this one, if any, is appended to
-  // *forgotten (when not null).
+  // max_pending_bytes would be exceeded (without wait_for_staging), or
+  // (dropped_error) within write_error_backoff of a write error; a dropped
+  // block is simply not in the tier. A key already present is replaced.
+  // The tier holds at most capacity_blocks() blocks, pending ones included,
+  // in the order they were put: when it is full, the least recently put
+  // block leaves (stored: its slot is reused; pending: its staged write is
+  // cancelled, or its slot is freed when the running write ends). A block
+  // is present from Put on, whether or not its write has reached the file,
+  // so the tier is exactly an LRU of capacity_blocks() blocks by put order
+  // however far the disk lags behind (within max_pending_bytes). The
+  // blocks that left for this one are appended to *forgotten (when not
+  // null).
   bool Put(const TierBlock& block, const void* page,
            std::vector<TierBlock>* forgotten = nullptr);
 
@@ -144,6 +149,17 @@ class DiskTier final : public Tier {
   // then fdatasync()s the file. For SIGTERM. REQUIRES: writes not paused.
   void Flush() override;
 
+  // Drain at shutdown (Tier): the disk tier outlives the process. A full
+  // tier makes room as Put does, least recently put first, so a drain of
+  // at most capacity_blocks() blocks keeps them all. FinishDrain cancels
+  // the queued writes not started by the deadline, waits for the running
+  // ones and fdatasync()s.
+  bool durable() const override { return true; }
+  uint64_t ReserveSequences(uint64_t n) override;
+  bool PutForDrain(const TierBlock& block, const void* bytes,
+                   uint64_t sequence, absl::Time deadline) override;
+  size_t FinishDrain(absl::Time deadline) override;
+
   DiskTierStats stats() const override;
   uint64_t capacity_blocks() const override { return layout_.slots; }
   uint64_t page_bytes() const override { return layout_.page_bytes; }
@@ -154,20 +170,34 @@ class DiskTier final : public Tier {
   void SetWritesPausedForTesting(bool paused);
 
  private:
+  // An entry is one block the tier holds or moves; a slot is a place in
+  // the file. Entries outnumber slots by the staging budget, so that a
+  // block can be present (staged) before any slot is free for it:
+  //   kFree     unused
+  //   kPending  staged: its write is queued (phys == kNoSlot) or running
+  //             (phys is the slot it writes)
+  //   kStored   its bytes and header are in slot phys
+  //   kReading  claimed by a Take that reads slot phys
+  // A slot is used by at most one entry; it is reused only when that
+  // entry is freed, never while a write to it or a read of it runs.
   enum class SlotState : uint8_t { kFree, kPending, kStored, kReading };
   struct Slot {
     TierBlock block;
-    uint64_t sequence = 0;  // of the slot's latest write
-    uint32_t prev = kNoTierSlot;  // LRU links (kStored only)
+    uint64_t sequence = 0;  // of the entry's latest write
+    uint32_t prev = kNoTierSlot;  // LRU links (live: kPending, kStored)
     uint32_t next = kNoTierSlot;  // LRU, or the free list (kFree)
+    uint32_t phys = kNoTierSlot;  // its slot in the file, if any
     SlotState state = SlotState::kFree;
-    bool live = false;  // indexed under block.key
+    bool live = false;  // indexed under block.key, and in the LRU
   };
   class StagingPool;
   using Staged = std::shared_ptr<char>;
+  // A queued write names its entry; the slot, block and bytes are filled
+  // in when an I/O thread starts it (StartWrite).
   struct WriteJob {
-    uint32_t slot;
+    uint32_t entry;
     uint64_t sequence;
+    uint32_t slot = kNoTierSlot;
     TierBlock block;
     Staged data;
   };
@@ -182,7 +212,8 @@ class DiskTier final : public Tier {
   };
   enum class ReadResult : uint8_t { kOk, kBadHeader, kBadChecksum, kError };
   struct Claim {
-    uint32_t slot;
+    uint32_t entry;
+    uint32_t slot;  // the slot to read (stored blocks)
     uint64_t sequence;
     Staged staged;  // set for a block still pending
   };
@@ -193,19 +224,25 @@ class DiskTier final : public Tier {
   void StartThreads(int n);
 
   // Index and LRU; all REQUIRE mu_.
-  // A free slot, after forgetting the least recently used block (described
-  // in *forgotten) when none is free; kNoSlot when none can be reused.
-  uint32_t AllocateSlot(TierBlock* forgotten) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FreeSlot(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees an entry and its slot, if it has one.
+  void FreeEntry(uint32_t entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a queued write that has not started: frees its staging and entry.
+  void CancelWrite(uint32_t entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills in a queued write's slot, block and bytes, waiting for a free
+  // slot; false when the write is void (its block left the tier).
+  bool StartWrite(WriteJob* job);
   // Put's wait conditions (wait_for_staging): staging can take one more
   // slot; every queued write has finished.
   bool StagingHasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return pending_bytes_ + layout_.stride <= options_.max_pending_bytes;
+    return pending_bytes_ + layout_.page_bytes <= options_.max_pending_bytes;
   }
   bool NoPendingWrites() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return pending_writes_ == 0;
   }
-  void Unindex(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unindex(uint32_t entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool SlotFree() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !free_slots_.empty();
+  }
   size_t ClaimForTake(absl::Span<const BlockKey> keys, std::vector<Claim>* claims)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SettleTake(absl::Span<const BlockKey> keys,
@@ -218,12 +255,18 @@ class DiskTier final : public Tier {
   void WorkerLoop();
   void HelpWithReads(ReadBatch* batch);
   bool NeedsBounce(const void* dst) const;
-  void RunWrite(const WriteJob& job);
+  void RunWrite(const WriteJob& job, char* pad);
   ReadResult RunRead(const ReadJob& job, char* bounce);
   void FinishWrite(const WriteJob& job, int err);
   void Enqueue(WriteJob job);
   void PutOne(const TierPut& b, const void* bytes, TierSink& below,
               std::vector<TierMove>* moves);
+  // Put with a given sequence (0: the next one), waiting for staging room
+  // until wait_until (InfinitePast: not at all; InfiniteFuture: as long as
+  // it takes).
+  bool PutAt(const TierBlock& block, const void* page,
+             std::vector<TierBlock>* forgotten, uint64_t sequence,
+             absl::Time wait_until);
 
   const DiskTierOptions options_;
   const disk_tier::Layout layout_;
@@ -235,10 +278,13 @@ class DiskTier final : public Tier {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<BlockKey, uint32_t> index_ ABSL_GUARDED_BY(mu_);
+  // Entries (index_ maps to them): layout_.slots plus the staging budget.
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
-  SlotLru<Slot> lru_ ABSL_GUARDED_BY(mu_);  // stored slots
-  SlotFreeList<Slot> free_ ABSL_GUARDED_BY(mu_);
-  // Staging buffers of pending slots, by slot.
+  SlotLru<Slot> lru_ ABSL_GUARDED_BY(mu_);  // live entries, by put order
+  SlotFreeList<Slot> free_ ABSL_GUARDED_BY(mu_);  // free entries
+  // Slots of the file no entry uses; the next one is at the back.
+  std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);
+  // Staging buffers of pending entries, by entry.
   absl::flat_hash_map<uint32_t, Staged> staged_ ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // reserved by Put

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/bytes.h"
 #include "base/log.h"
 
 namespace radixkv::daemon::disk_tier {
@@ -101,9 +102,12 @@ absl::Status ResetFile(const std::string& dir, const TierFile& f,
   if (statvfs(dir.c_str(), &vfs) == 0) {
     uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
     if (avail < layout.file_bytes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--tier=disk: the filesystem at ", dir, " has ", avail,
-          " bytes free; the tier file needs ", layout.file_bytes));
+      // A configuration error (radixkvd exits 2): a restart cannot fit it.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tier=disk,path=", dir, ": the tier file needs ",
+          HumanBytes(layout.file_bytes),
+          " (the bytes= option), the filesystem has ", HumanBytes(avail),
+          " free; lower bytes= or free space"));
     }
   }
   if (fallocate(f.meta_fd, 0, 0, static_cast<off_t>(layout.file_bytes)) != 0) {
@@ -112,6 +116,12 @@ absl::Status ResetFile(const std::string& dir, const TierFile& f,
       if (ftruncate(f.meta_fd, static_cast<off_t>(layout.file_bytes)) != 0) {
         return Precondition(absl::StrCat("cannot size ", f.file_path), errno);
       }
+    } else if (err == ENOSPC) {
+      (void)ftruncate(f.meta_fd, 0);  // give back what was allocated
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tier=disk,path=", dir, ": the filesystem cannot hold the tier "
+          "file's ", HumanBytes(layout.file_bytes),
+          " (the bytes= option); lower bytes= or free space"));
     } else {
       (void)ftruncate(f.meta_fd, 0);  // give back what was allocated
       return Precondition(

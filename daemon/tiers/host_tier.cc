@@ -1,5 +1,6 @@
 #include "daemon/tiers/host_tier.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -177,6 +178,27 @@ size_t HostTier::Claim(absl::Span<const BlockKey> keys,
     src->push_back(address(it->second));
   }
   return n;
+}
+
+void HostTier::LendForDrain(
+    absl::FunctionRef<bool(const TierBlock&, const void*)> fn) {
+  std::vector<TierBlock> blocks;
+  {
+    ReaderMutexLock l(&mu_);
+    for (uint32_t s = lru_.oldest(); s != kNoTierSlot; s = slots_[s].next) {
+      blocks.push_back(slots_[s].block);
+    }
+  }
+  std::reverse(blocks.begin(), blocks.end());  // most recently stored first
+  std::vector<BlockKey> keys;
+  keys.reserve(blocks.size());
+  for (const TierBlock& b : blocks) keys.push_back(b.key);
+  std::vector<uint32_t> slots;
+  std::vector<const void*> src;
+  const size_t claimed = Claim(keys, &slots, &src);
+  for (size_t i = 0; i < claimed && fn(blocks[i], src[i]); ++i) {
+  }
+  Finish(slots, /*consumed=*/false);
 }
 
 void HostTier::Finish(absl::Span<const uint32_t> slots, bool consumed) {

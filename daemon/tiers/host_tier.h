@@ -107,6 +107,11 @@ class HostTier final : public Tier {
   // stored again (as most recently stored).
   void Finish(absl::Span<const uint32_t> slots, bool consumed);
 
+  // Drain (Tier): lends the stored blocks, most recently stored first,
+  // claimed for the call so that nothing reuses their slots meanwhile.
+  void LendForDrain(
+      absl::FunctionRef<bool(const TierBlock&, const void*)> fn) override;
+
   // Drops the stored copies of `keys` (blocks the pool caches again, whose
   // pool copy is the one kept), appending their blocks to *dropped. A copy
   // being read is left to its reader (it leaves with the read). Returns how

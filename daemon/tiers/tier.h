@@ -23,7 +23,9 @@
 #include <iterator>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "radix/block_key.h"
 #include "radix/radix_tree.h"
@@ -186,6 +188,40 @@ class Tier {
 
   // Makes what it holds durable, where it outlives the process (SIGTERM).
   virtual void Flush() {}
+
+  // Drain at shutdown (TierChain::Drain), once no request runs.
+  //
+  // A tier whose blocks die with the process lends them, hottest first:
+  // calls fn(block, bytes) for each until fn returns false; `bytes` are
+  // valid during the call. The blocks stay where they are.
+  virtual void LendForDrain(
+      absl::FunctionRef<bool(const TierBlock&, const void*)> fn) {
+    (void)fn;
+  }
+  // A tier that outlives the process (durable()) receives them. The
+  // drain hands blocks hottest first, yet a restart must find them in
+  // recency order (the hottest newest): ReserveSequences(n) reserves n
+  // recency ranks above every one used so far and returns the first, and
+  // the i-th hottest of n blocks is put with rank first + n - 1 - i.
+  // PutForDrain is Put of one block with that rank, waiting for room until
+  // `deadline` (false once it has passed or the tier refuses). FinishDrain
+  // waits until `deadline` for what it still writes, gives up on the rest
+  // (those blocks leave the tier) and makes the rest durable; returns how
+  // many it gave up.
+  virtual bool durable() const { return false; }
+  virtual uint64_t ReserveSequences(uint64_t n) {
+    (void)n;
+    return 0;
+  }
+  virtual bool PutForDrain(const TierBlock& block, const void* bytes,
+                           uint64_t sequence, absl::Time deadline) {
+    (void)block, (void)bytes, (void)sequence, (void)deadline;
+    return false;
+  }
+  virtual size_t FinishDrain(absl::Time deadline) {
+    (void)deadline;
+    return 0;
+  }
 };
 
 }  // namespace radixkv::daemon

@@ -1,5 +1,6 @@
 #include "daemon/tiers/tier_chain.h"
 
+#include <algorithm>
 #include <cassert>
 #include <utility>
 
@@ -76,10 +77,20 @@ void TierChain::Demote(absl::Span<const EvictedPage> evicted,
   if (evicted.empty()) return;
   std::vector<TierPut> blocks;
   blocks.reserve(evicted.size());
-  for (const EvictedPage& e : evicted) {
-    blocks.push_back({.block = e.block, .ns = e.ns, .page = e.page});
+  {
+    absl::MutexLock l(&flight_mu_);
+    for (const EvictedPage& e : evicted) {
+      blocks.push_back({.block = e.block, .ns = e.ns, .page = e.page});
+      ++in_flight_[e.block.key];
+    }
   }
+  if (demote_hook_) demote_hook_();
   Below(*this, 0).Put(blocks, moves);
+  absl::MutexLock l(&flight_mu_);
+  for (const EvictedPage& e : evicted) {
+    auto it = in_flight_.find(e.block.key);
+    if (--it->second == 0) in_flight_.erase(it);
+  }
 }
 
 size_t TierChain::Promote(absl::Span<const BlockKey> keys,
@@ -117,6 +128,18 @@ size_t TierChain::Forget(absl::Span<const BlockKey> keys,
 size_t TierChain::CountPresent(
     absl::Span<const BlockKey> keys,
     std::array<size_t, kMediumCount>* by_medium) const {
+  {
+    // Blocks on their way down land in a tier (or are dropped) first.
+    auto landed = [&]() ABSL_SHARED_LOCKS_REQUIRED(flight_mu_) {
+      if (in_flight_.empty()) return true;
+      for (const BlockKey& k : keys) {
+        if (in_flight_.contains(k)) return false;
+      }
+      return true;
+    };
+    absl::ReaderMutexLock l(&flight_mu_);
+    flight_mu_.Await(absl::Condition(&landed));
+  }
   size_t n = 0;
   while (n < keys.size()) {
     size_t m = 0;
@@ -141,6 +164,75 @@ uint8_t TierChain::Locate(const BlockKey& key, TierBlock* out) const {
 
 void TierChain::Flush() {
   for (const std::unique_ptr<Tier>& t : tiers_) t->Flush();
+}
+
+TierChain::DrainResult TierChain::Drain(absl::Span<const EvictedPage> pool,
+                                        absl::Time deadline) {
+  // The lowest tier that outlives the process receives; the tiers above
+  // it lend what they hold.
+  Tier* target = nullptr;
+  size_t target_at = tiers_.size();  // none: every tier's blocks are left
+  for (size_t i = tiers_.size(); i-- > 0;) {
+    if (tiers_[i]->durable()) {
+      target = tiers_[i].get();
+      target_at = i;
+      break;
+    }
+  }
+  uint64_t total = pool.size();
+  for (size_t i = 0; i < target_at; ++i) total += tiers_[i]->stats().used;
+  DrainResult r;
+  if (target == nullptr || mover_ == nullptr) {
+    r.left = total;
+    return r;
+  }
+  const uint64_t n = std::min<uint64_t>(total, target->capacity_blocks());
+  const uint64_t first = target->ReserveSequences(n);
+  uint64_t put = 0;  // blocks handed to the target, hottest first
+  auto one = [&](const TierBlock& b, const void* bytes) {
+    if (put >= n ||
+        !target->PutForDrain(b, bytes, first + n - 1 - put, deadline)) {
+      return false;
+    }
+    ++put;
+    return true;
+  };
+  // The pool's blocks: a host pool's pages as they are, device pages
+  // copied out in batches.
+  std::unique_ptr<gpu::HostMemory> staging;
+  const uint64_t pb = mover_->page_bytes();
+  bool going = true;
+  for (size_t at = 0; going && at < pool.size() && put < n;) {
+    const void* direct = mover_->host_address(pool[at].page);
+    if (direct != nullptr) {
+      going = one(pool[at].block, direct);
+      ++at;
+      continue;
+    }
+    if (staging == nullptr) staging = mover_->TakeStaging();
+    if (staging == nullptr) break;
+    const size_t k = std::min(PageMover::kStagingBlocks, pool.size() - at);
+    std::vector<uint64_t> pages(k);
+    std::vector<void*> dst(k);
+    for (size_t i = 0; i < k; ++i) {
+      pages[i] = pool[at + i].page;
+      dst[i] = staging->data() + i * pb;
+    }
+    if (!mover_->CopyOut(pages, dst).ok()) break;
+    for (size_t i = 0; going && i < k; ++i) going = one(pool[at + i].block, dst[i]);
+    at += k;
+  }
+  if (staging != nullptr) mover_->ReturnStaging(std::move(staging));
+  for (size_t i = 0; going && i < target_at && put < n; ++i) {
+    tiers_[i]->LendForDrain([&](const TierBlock& b, const void* bytes) {
+      going = one(b, bytes);
+      return going && put < n;
+    });
+  }
+  const uint64_t cancelled = target->FinishDrain(deadline);
+  r.drained = put - std::min<uint64_t>(put, cancelled);
+  r.left = total - std::min(total, r.drained);
+  return r;
 }
 
 Tier* TierChain::Find(TierKind kind) const {

@@ -23,9 +23,13 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -93,14 +97,41 @@ class TierChain {
   size_t Forget(absl::Span<const BlockKey> keys, std::vector<TierMove>* moves);
 
   // How many of keys[0..] the tiers hold, consecutively from the first;
-  // with by_medium, how many of those each medium holds.
+  // with by_medium, how many of those each medium holds. A block on its
+  // way down (a Demote of it has begun, its copy into a tier not ended)
+  // is waited for, so it counts: its bytes are in the pool page it left
+  // until the copy ends, and the wait lasts that copy, never a disk write.
   size_t CountPresent(absl::Span<const BlockKey> keys,
                       std::array<size_t, kMediumCount>* by_medium = nullptr) const;
   // The medium of the tier holding `key`, or 0; its identity in *out.
   uint8_t Locate(const BlockKey& key, TierBlock* out) const;
 
+  // Tests: runs inside Demote once its blocks are on their way down, before
+  // any copy.
+  void SetDemoteHookForTesting(std::function<void()> hook) {
+    demote_hook_ = std::move(hook);
+  }
+
   // Every tier's Flush (SIGTERM).
   void Flush();
+
+  // What Drain did: blocks written to the tier that outlives the process,
+  // and blocks it had to leave behind (timeout, no room, write errors, no
+  // such tier).
+  struct DrainResult {
+    uint64_t drained = 0;
+    uint64_t left = 0;
+  };
+  // At shutdown, once no request runs: writes the pool's committed blocks
+  // `pool` (hottest first; their pages hold their bytes and stay unchanged
+  // during the call) and then those of the tiers above the lowest durable
+  // tier (Tier::durable(); each lends its own hottest first) down to that
+  // tier, so that a deadline loses the coldest; at most its capacity, the
+  // hottest. A restart finds them in recency order
+  // (Tier::ReserveSequences). Writes not done by `deadline` are given up;
+  // the rest is made durable. Without a durable tier nothing outlives the
+  // process: every block is left.
+  DrainResult Drain(absl::Span<const EvictedPage> pool, absl::Time deadline);
 
   // The tiers, top first.
   size_t size() const { return tiers_.size(); }
@@ -123,6 +154,10 @@ class TierChain {
   // after AttachPool returns).
   std::unique_ptr<PageMover> mover_;
   std::unique_ptr<TierLatency[]> latency_;
+  // Keys of blocks Demote is moving (a count per key), for CountPresent.
+  mutable absl::Mutex flight_mu_;
+  absl::flat_hash_map<BlockKey, uint32_t> in_flight_ ABSL_GUARDED_BY(flight_mu_);
+  std::function<void()> demote_hook_;
 };
 
 }  // namespace radixkv::daemon

@@ -1,6 +1,8 @@
 #include "daemon/tiers/tier_coordinator.h"
 
+#include <algorithm>
 #include <array>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -106,6 +108,45 @@ TierCoordinator::TierMatch TierCoordinator::AfterMatch(
                               static_cast<uint32_t>(by_medium[tier.medium()]));
   }
   return out;
+}
+
+TierChain::DrainResult TierCoordinator::Drain(const RadixTree* t,
+                                              absl::Time deadline) {
+  std::vector<NodeInfo> nodes;
+  if (t != nullptr) {
+    const PageId capacity = t->capacity();
+    for (PageId start = 0; start < capacity;) {
+      PageId next = capacity;
+      std::vector<NodeInfo> part =
+          t->DumpTreePage(std::numeric_limits<uint32_t>::max(), start,
+                          RadixTree::kDumpScanPages, /*with_tokens=*/false,
+                          &next);
+      for (NodeInfo& n : part) nodes.push_back(std::move(n));
+      if (next <= start) break;
+      start = next;
+    }
+  }
+  // Most recently used first; of equal age, parents before children (a
+  // child is found only behind its parent).
+  std::stable_sort(nodes.begin(), nodes.end(),
+                   [](const NodeInfo& a, const NodeInfo& b) {
+                     if (a.age_seconds != b.age_seconds) {
+                       return a.age_seconds < b.age_seconds;
+                     }
+                     return a.depth < b.depth;
+                   });
+  std::vector<EvictedPage> pool;
+  pool.reserve(nodes.size());
+  for (const NodeInfo& n : nodes) {
+    pool.push_back({.block = {.key = n.key,
+                              .parent_key = n.parent_key,
+                              .root = t->namespace_root(n.ns),
+                              .depth = n.depth,
+                              .block_size = t->page_size(n.ns)},
+                    .page = n.page,
+                    .ns = n.ns});
+  }
+  return chain_->Drain(pool, deadline);
 }
 
 std::vector<TierCoordinator::TierReport> TierCoordinator::Report() const {

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "daemon/tiers/tier.h"
 #include "daemon/tiers/tier_chain.h"
@@ -67,6 +68,11 @@ class TierCoordinator {
   };
   TierMatch AfterMatch(absl::Span<const BlockKey> keys,
                        uint32_t matched) const;
+
+  // At shutdown, once no request runs: writes `tree`'s committed blocks
+  // (most recently used first; null: no pool yet) and the host tier's down
+  // to the disk tier until `deadline` (TierChain::Drain).
+  TierChain::DrainResult Drain(const RadixTree* tree, absl::Time deadline);
 
   // One tier's figures for Stats.tiers, top first.
   struct TierReport {

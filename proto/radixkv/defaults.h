@@ -31,6 +31,16 @@ std::string DefaultSocketPath(const std::string& system_dir = kSystemRuntimeDir)
 std::string DaemonDefaultSocketPath(
     const std::string& system_dir = kSystemRuntimeDir);
 
+// Why a client cannot reach a Unix-socket gRPC target, in words: for
+// "unix:PATH", connects to PATH and returns "" when that works, else
+// "cannot connect to unix:PATH: <the OS error>", adding, when no endpoint
+// was given (`defaulted`) and <system_dir> exists but this user cannot
+// enter it, that the system daemon's socket is behind it (so the per-user
+// path was tried instead). Other targets: "". Never blocks beyond a
+// connect() to a local socket.
+std::string ConnectProblem(const std::string& target, bool defaulted,
+                           const std::string& system_dir = kSystemRuntimeDir);
+
 // The attach socket beside a gRPC socket: "<dir>/<name>.attach" with a
 // trailing ".sock" of <name> replaced (radixkvd.sock -> radixkvd.attach.sock).
 std::string AttachSocketPathFor(const std::string& grpc_socket_path);

@@ -31,8 +31,12 @@ state; no lock is held across an RPC or an attach.
 import atexit
 import collections
 import dataclasses
+import errno
+import logging
+import os
 import queue
 import random
+import socket
 import sys
 import threading
 import time
@@ -63,6 +67,35 @@ _live = weakref.WeakSet()
 def _stop_all() -> None:
     for core in list(_live):
         core.stop()
+
+
+_log = logging.getLogger("radixkv")
+
+
+def connect_problem(target: str, system_dir: str = "/run/radixkv") -> str:
+    """Why a Unix-socket target cannot be reached, in words, or "" when a
+    connect() to it works (and for other targets): "cannot connect to
+    unix:PATH: <the OS error>", adding that <system_dir> exists but cannot be
+    entered when that is why the system daemon's socket was not used."""
+    if not target.startswith("unix:"):
+        return ""
+    path = target[len("unix:"):]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        return ""
+    except OSError as e:
+        problem = e.strerror or os.strerror(e.errno or errno.EIO)
+    finally:
+        sock.close()
+    out = f"cannot connect to {target}: {problem}"
+    if (path != system_dir + "/radixkvd.sock" and os.path.isdir(system_dir)
+            and not os.access(system_dir, os.X_OK)):
+        out += (f"; the system daemon's directory {system_dir} exists but this "
+                f"user (uid {os.getuid()}) cannot enter it, so its socket was "
+                "not found: join the directory's group (e.g. radixkv) or give "
+                "the endpoint")
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,7 +237,11 @@ class Core:
         self._life: Optional[SessionLife] = None   # of the open session
         # Ended sessions not yet acknowledged by an OpenSession, oldest first.
         self._unacknowledged = collections.deque(maxlen=MAX_ACKNOWLEDGE_SESSIONS)
-        self._last_error: Optional[Error] = errors.Unavailable("session not opened yet")
+        # Known before the first attempt ends, so that a caller who stops
+        # waiting early learns why.
+        self._last_error: Optional[Error] = errors.Unavailable(
+            connect_problem(options.target) or "session not opened yet")
+        self._warned = False  # the first degrade is logged once
         self._call = None          # the live Session call, for cancellation
         self._stream_opened = False
         self._stream_ended = False
@@ -396,12 +433,22 @@ class Core:
                     return
                 generation_before = self._generation
             why = self._run_session()
+            if why.code in (grpc.StatusCode.UNAVAILABLE,
+                            grpc.StatusCode.DEADLINE_EXCEEDED):
+                problem = connect_problem(o.target)
+                if problem:
+                    why = errors.Unavailable(f"{problem} ({why.message})")
             with self._lock:
                 if self._stopping:
                     return
                 self._last_error = why
+                warn = not self._warned
+                self._warned = True
                 self._cond.notify_all()
                 opened = self._generation != generation_before
+            if warn:
+                _log.warning("radixkv: no session with the daemon, serving "
+                             "every lookup as a miss until it is back: %s", why)
             if opened:
                 backoff = o.reconnect_initial_backoff  # it worked for a while
             jitter = min(max(o.reconnect_jitter, 0.0), 1.0)

@@ -1,5 +1,5 @@
 // Unit tests of the header-only base library: status macros, leveled
-// logging and the annotated reader/writer mutex.
+// logging, the annotated reader/writer mutex and byte counts for people.
 #include <atomic>
 #include <cstdio>
 #include <string>
@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/bytes.h"
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
@@ -38,6 +39,17 @@ TEST(StatusMacrosTest, ReturnTheFirstErrorAndAssignOtherwise) {
   EXPECT_EQ(Quarter(5).status().message(), "odd");
   EXPECT_TRUE(CheckEven(4).ok());
   EXPECT_EQ(CheckEven(3).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HumanBytesTest, BinaryUnitsOneDecimalNoTrailingZero) {
+  EXPECT_EQ(HumanBytes(0), "0 B");
+  EXPECT_EQ(HumanBytes(1023), "1023 B");
+  EXPECT_EQ(HumanBytes(1024), "1 KiB");
+  EXPECT_EQ(HumanBytes(1536), "1.5 KiB");
+  EXPECT_EQ(HumanBytes(uint64_t{64} << 30), "64 GiB");
+  EXPECT_EQ(HumanBytes((uint64_t{123} << 30) / 10), "12.3 GiB");
+  EXPECT_EQ(HumanBytes(uint64_t{1} << 62), "4 EiB");
+  EXPECT_EQ(HumanBytes(~uint64_t{0}), "16 EiB");
 }
 
 TEST(LogTest, ParsesLevelsAndNamesTheFlagOnError) {

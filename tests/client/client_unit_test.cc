@@ -1,6 +1,7 @@
 // Client library tests that need no daemon: status mapping, endpoints,
 // option validation, and degrade-to-miss when nothing listens.
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -165,6 +166,61 @@ TEST(ClientDegrades, NoDaemonMeansEmptyLeaseNotError) {
   // Match reports the outage instead of degrading.
   EXPECT_EQ((*client)->Match(tokens).status().code(),
             absl::StatusCode::kUnavailable);
+}
+
+// A client that cannot reach its daemon says where it looked and what the
+// OS answered, not only that it is degraded.
+TEST(ClientDegrades, LastErrorNamesTheEndpointAndTheOsError) {
+  ClientOptions o;
+  o.ns = TestNamespace();
+  o.endpoint = "/tmp/rkc_nobody_listens_here.sock";
+  o.initial_wait = absl::Milliseconds(100);
+  auto client = Client::Create(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const absl::Status why = (*client)->state().last_error;
+  EXPECT_EQ(why.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(why.message().find("unix:/tmp/rkc_nobody_listens_here.sock"),
+            absl::string_view::npos) << why;
+  EXPECT_NE(why.message().find("No such file or directory"),
+            absl::string_view::npos) << why;
+}
+
+TEST(ConnectProblem, NamesThePathTheErrorAndAnUnenterableSystemDir) {
+  char dir_template[] = "/tmp/rkvcpXXXXXX";
+  const std::string dir = ::mkdtemp(dir_template);
+  ASSERT_FALSE(dir.empty());
+  const std::string sock = dir + "/radixkvd.sock";
+  EXPECT_EQ(ConnectProblem("unix:" + sock, false, dir),
+            "cannot connect to unix:" + sock + ": No such file or directory");
+  EXPECT_EQ(ConnectProblem("dns:localhost:1", true, dir), "");
+  EXPECT_NE(ConnectProblem("unix:/" + std::string(200, 'x'), false, dir)
+                .find("longer than a Unix socket path may be (107 bytes)"),
+            std::string::npos);
+
+  // A listening socket is reachable: no problem to report.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, sock.data(), sock.size());
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  EXPECT_EQ(ConnectProblem("unix:" + sock, false, dir), "");
+  ::close(fd);
+  ::unlink(sock.c_str());
+
+  // The system directory exists but cannot be entered: the defaulted
+  // client is told so (root enters any directory, so only checked as
+  // another user).
+  if (::getuid() != 0) {
+    ASSERT_EQ(::chmod(dir.c_str(), 0), 0);
+    const std::string other = "unix:/tmp/rkc_user_default_missing.sock";
+    EXPECT_NE(ConnectProblem(other, true, dir).find("cannot enter it"),
+              std::string::npos);
+    EXPECT_EQ(ConnectProblem(other, false, dir).find("cannot enter it"),
+              std::string::npos);
+    ::chmod(dir.c_str(), 0700);
+  }
+  ::rmdir(dir.c_str());
 }
 
 TEST(ClientHasher, MatchesTheContractFunctions) {

@@ -786,6 +786,9 @@ class CtlTest(unittest.TestCase):
             self.assertEqual(rc, 2, "%s: %s" % (args, err))
             self.assertEqual(out, "", args)
             self.assertTrue(err.startswith("Error:"), err)
+            # The endpoint and the OS's reason, not only "unreachable".
+            self.assertIn("unix:/tmp/rkc_no_daemon.sock", err, args)
+            self.assertIn("No such file or directory", err, args)
 
     def test_bad_arguments_exit_3(self):
         cases = [

@@ -19,8 +19,8 @@ sys.dont_write_bytecode = True  # k8s_validate is imported from the source tree
 # (what, file, text, replacement, what the FAIL line must contain)
 EDITS = [
     ("a duplicate key", "daemonset.yaml",
-     "      terminationGracePeriodSeconds: 30\n",
-     "      terminationGracePeriodSeconds: 30\n      terminationGracePeriodSeconds: 60\n",
+     "      terminationGracePeriodSeconds: 60\n",
+     "      terminationGracePeriodSeconds: 60\n      terminationGracePeriodSeconds: 90\n",
      "duplicate key 'terminationGracePeriodSeconds'"),
     ("a Service that selects other pods", "service.yaml",
      "  selector:\n    app.kubernetes.io/name: radixkvd\n",

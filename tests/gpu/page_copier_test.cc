@@ -180,13 +180,19 @@ TEST_F(HostPageCopierTest, AllocateHostOfNothingIsInvalid) {
       << mem.status();
 }
 
-TEST_F(HostPageCopierTest, AllocateHostTooLargeIsResourceExhausted) {
+// More than the machine has is a configuration error (radixkvd exits 2),
+// worded in units people read.
+TEST_F(HostPageCopierTest, AllocateHostBeyondTheMachineIsInvalidArgument) {
   absl::StatusOr<std::unique_ptr<HostMemory>> mem =
       copier_->AllocateHost(uint64_t{1} << 62);
   ASSERT_FALSE(mem.ok());
-  EXPECT_EQ(mem.status().code(), absl::StatusCode::kResourceExhausted)
+  EXPECT_EQ(mem.status().code(), absl::StatusCode::kInvalidArgument)
       << mem.status();
-  EXPECT_NE(mem.status().message().find(std::to_string(uint64_t{1} << 62)),
+  EXPECT_NE(mem.status().message().find("host memory: 4 EiB asked for, the "
+                                        "machine has "),
+            std::string::npos)
+      << mem.status();
+  EXPECT_EQ(mem.status().message().find(std::to_string(uint64_t{1} << 62)),
             std::string::npos)
       << mem.status();
 }

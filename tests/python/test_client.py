@@ -132,6 +132,26 @@ def test_degraded_without_daemon():
     c.close()  # idempotent
 
 
+def test_degraded_client_names_the_endpoint_and_the_os_error_and_warns_once(caplog):
+    sock = "/tmp/rkpy-nobody-listens-here.sock"
+    with caplog.at_level("WARNING", logger="radixkv"):
+        c = radixkv.Client(sock, namespace=SMALL, initial_wait=0.3)
+        try:
+            why = c.state().last_error
+            assert why.code == grpc.StatusCode.UNAVAILABLE
+            assert f"unix:{sock}" in why.message, why
+            assert "No such file or directory" in why.message, why
+            deadline = time.monotonic() + 10
+            while not caplog.records and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)  # further failed attempts log nothing more
+        finally:
+            c.close()
+    warnings = [r for r in caplog.records if r.name == "radixkv"]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert f"unix:{sock}" in warnings[0].getMessage()
+
+
 def test_reconnect_after_daemon_restart(daemon):
     with client(daemon, reconnect_max_backoff=0.5) as c:
         tokens = prompt(9, 3)

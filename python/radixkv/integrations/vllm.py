@@ -904,8 +904,11 @@ class RadixKVConnector(KVConnectorBase_V1, SupportsHMA):
             for index in save.block_indices:
                 ack = acks.saves.setdefault((save.token, index), [0, 0])
                 ack[0 if ok else 1] += 1
-        # Device-to-host copies into the pages are synchronous (pageable
-        # destination), so every page is complete here.
+        # Copies into a host pool's pages are synchronous (pageable
+        # destination); copies into a cuda pool's pages are queued on the
+        # current stream, and a page is committed only once they have run.
+        if meta.saves and any(k.is_cuda for _, k, _ in self._layers.values()):
+            torch.cuda.current_stream().synchronize()
         self._saved_layers.clear()
 
     def build_connector_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:

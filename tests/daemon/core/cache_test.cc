@@ -680,6 +680,12 @@ TEST_F(CacheTest, TenantsSeeTheirOwnNamespacesOnly) {
     for (const auto& blk : r.blocks()) {
       if (blk.state() == v1::BLOCK_STATE_WRONG_NAMESPACE) {
         EXPECT_EQ(blk.other_namespace_id(), a->namespace_id());
+        // The salt is named as the difference; its values never shown.
+        EXPECT_EQ(std::vector<std::string>(blk.differing_fields().begin(),
+                                           blk.differing_fields().end()),
+                  std::vector<std::string>{"cache_salt"});
+        EXPECT_EQ(blk.reason().find('"'), std::string::npos)
+            << blk.reason();
         ++n;
       }
     }

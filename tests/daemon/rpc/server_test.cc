@@ -621,6 +621,13 @@ TEST_F(ServerTest, ExplainEveryState) {
   EXPECT_EQ(e.blocks(0).state(), v1::BLOCK_STATE_WRONG_NAMESPACE);
   EXPECT_EQ(e.blocks(1).state(), v1::BLOCK_STATE_WRONG_NAMESPACE);
   EXPECT_EQ(e.blocks(0).other_namespace_id(), b.info().namespace_id());
+  // Which field differs, and its values.
+  ASSERT_EQ(e.blocks(0).differing_fields_size(), 1);
+  EXPECT_EQ(e.blocks(0).differing_fields(0), "model");
+  EXPECT_NE(e.blocks(0).reason().find(
+                "differs in model \"model-b\" there, \"model-a\" here"),
+            std::string::npos)
+      << e.blocks(0).reason();
 
   // EVICTED: cached, then evicted by Clear.
   {

@@ -300,6 +300,62 @@ TEST(DiskTier, PendingBlocksAreServedBeforeFlush) {
   EXPECT_EQ(dst.at(0), Page(2, 8192));
 }
 
+// More blocks in flight than slots: the tier is still an LRU of its
+// capacity by put order. The oldest pending blocks leave (their writes are
+// never made), the newest are served from staging with their own bytes,
+// and once the writes run, the survivors reach the file and a reopen
+// finds exactly them.
+TEST(DiskTier, BlocksInFlightBeyondTheSlotsStayAnLruByPutOrder) {
+  TempDir dir;
+  auto tier = MustOpen(Options(dir, 8192, 4));
+  ASSERT_NE(tier, nullptr);
+  tier->Flush();
+  PutRange(*tier, 0, 1, 8192);
+  tier->Flush();  // block 0 stored
+  tier->SetWritesPausedForTesting(true);
+  std::vector<TierBlock> forgotten;
+  for (uint64_t i = 1; i < 8; ++i) {
+    ASSERT_TRUE(tier->Put(Block(i), Page(i, 8192).data(), &forgotten)) << i;
+  }
+  // 0..3 left, oldest first, for 4..7; 0 was stored, 1..3 pending.
+  ASSERT_EQ(forgotten.size(), 4u);
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(forgotten[i].key, Key(i));
+  DiskTierStats s = tier->stats();
+  EXPECT_EQ(s.used, 4u);
+  EXPECT_EQ(s.pending, 4u);  // the cancelled writes are not pending
+  EXPECT_EQ(s.dropped_full, 0u);
+  EXPECT_EQ(s.evictions, 4u);
+  EXPECT_EQ(tier->CountPresent(Keys(0, 8)), 0u);
+  EXPECT_EQ(tier->CountPresent(Keys(4, 4)), 4u);
+  Pages dst(1, 8192);
+  const std::vector<BlockKey> five = {Key(5)};
+  ASSERT_EQ(tier->Take(five, dst.ptrs()), 1u);
+  EXPECT_EQ(dst.at(0), Page(5, 8192));
+  // A ninth block takes 5's room; 4 stays (it is older, but room is free).
+  ASSERT_TRUE(tier->Put(Block(8), Page(8, 8192).data(), &forgotten));
+  EXPECT_EQ(forgotten.size(), 4u);
+  tier->SetWritesPausedForTesting(false);
+  tier->Flush();
+  s = tier->stats();
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_EQ(s.used, 4u);
+  EXPECT_EQ(s.bytes_written, 5u * tier->layout().stride);  // 0, 4, 6, 7, 8
+  tier.reset();
+  tier = MustOpen(Options(dir, 8192, 4));
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->stats().reloaded, 4u);
+  Pages all(4, 8192);
+  const std::vector<BlockKey> want = {Key(4), Key(6), Key(7), Key(8)};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::vector<BlockKey> one = {want[i]};
+    ASSERT_EQ(tier->Take(one, all.ptrs().subspan(i, 1)), 1u) << i;
+  }
+  EXPECT_EQ(all.at(0), Page(4, 8192));
+  EXPECT_EQ(all.at(1), Page(6, 8192));
+  EXPECT_EQ(all.at(2), Page(7, 8192));
+  EXPECT_EQ(all.at(3), Page(8, 8192));
+}
+
 TEST(DiskTier, ForgetDropsStoredAndPendingCopies) {
   TempDir dir;
   auto tier = MustOpen(Options(dir));
@@ -618,7 +674,9 @@ TEST(DiskTierOpen, RefusesABudgetTheFilesystemCannotHold) {
   if (avail > (uint64_t{1} << 42)) GTEST_SKIP() << "filesystem too large";
   DiskTierOptions o = Options(dir);
   o.bytes = 2 * avail + (uint64_t{1} << 30);
-  ExpectError(o, absl::StatusCode::kFailedPrecondition, dir.path());
+  // A configuration error (exit 2, no restart loop), in units people read.
+  ExpectError(o, absl::StatusCode::kInvalidArgument, dir.path());
+  ExpectError(o, absl::StatusCode::kInvalidArgument, "GiB free");
   struct stat st;
   ASSERT_EQ(stat(dir.file().c_str(), &st), 0);
   EXPECT_EQ(st.st_blocks, 0);  // nothing stays allocated
@@ -633,7 +691,8 @@ TEST(DiskTierOpen, SmallTmpfsCannotHoldTheFile) {
   o.path = dir.path();
   o.page_bytes = 8192;
   o.bytes = 4 << 20;
-  ExpectError(o, absl::StatusCode::kFailedPrecondition, "tier file needs");
+  ExpectError(o, absl::StatusCode::kInvalidArgument,
+              "the tier file needs 4 MiB (the bytes= option), the filesystem has");
   o.bytes = 128 << 10;  // fits: the tier works on tmpfs
   {
     auto tier = MustOpen(o);

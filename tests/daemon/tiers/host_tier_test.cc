@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "daemon/tiers/disk_tier.h"
 #include "daemon/tiers/tier_chain.h"
 #include "gmock/gmock.h"
@@ -394,6 +396,158 @@ TEST_F(TierChainTest, OverflowFromEachTierGoesToTheNextOne) {
   EXPECT_EQ(chain_->tier(0).stats().promotions, 2u);
   EXPECT_EQ(chain_->tier(1).stats().promotions, 2u);
   EXPECT_EQ(chain_->tier(2).stats().promotions, 3u);
+}
+
+// Default (asynchronous) demotion: a block whose write to the disk tier is
+// still in flight is present, in put order, even when more blocks are in
+// flight than the tier has slots. Match (CountPresent) counts it and
+// Acquire (Promote) serves it from its staging buffer with its own bytes.
+TEST_F(TierChainTest, BlocksWhoseDiskWriteIsInFlightAreHits) {
+  auto disk = DiskTier::Open({.path = dir_,
+                              .bytes = 4096 + 4096 + 4 * kPageBytes,
+                              .page_bytes = kPageBytes});
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  DiskTier* tier = disk->get();
+  ASSERT_EQ(tier->capacity_blocks(), 4u);
+  chain_ = std::make_unique<TierChain>(Tiers(*std::move(disk)));
+  ASSERT_TRUE(chain_->AttachPool(pool_.get()).ok());
+  tier->SetWritesPausedForTesting(true);  // every write stays in flight
+  std::vector<EvictedPage> evicted;
+  for (uint64_t i = 0; i < 6; ++i) {
+    FillPage(i, static_cast<unsigned char>(0x40 + i));
+    evicted.push_back({.block = Block(i), .page = i, .ns = 1});
+  }
+  std::vector<TierMove> moves;
+  chain_->Demote(evicted, &moves);
+  // The pages are reused at once: the tier's copies are all that is left.
+  for (uint64_t i = 0; i < 6; ++i) FillPage(i, 0xee);
+  EXPECT_EQ(tier->stats().pending, 4u);
+  EXPECT_EQ(tier->stats().dropped_full, 0u);
+  // An LRU of 4 by put order: 0 and 1 left for 4 and 5.
+  TierBlock where;
+  EXPECT_EQ(chain_->Locate(Key(0), &where), kMediumPool);
+  EXPECT_EQ(chain_->Locate(Key(1), &where), kMediumPool);
+  const std::vector<BlockKey> keys = {Key(2), Key(3), Key(4), Key(5)};
+  std::array<size_t, kMediumCount> by{};
+  EXPECT_EQ(chain_->CountPresent(keys, &by), 4u);  // Match: tier hits
+  EXPECT_EQ(by[kMediumDiskTier], 4u);
+  const std::vector<uint64_t> pages = {8, 9, 10, 11};
+  for (uint64_t p : pages) FillPage(p, 0);
+  moves.clear();
+  ASSERT_EQ(chain_->Promote(keys, pages, &moves), 4u);  // Acquire: promoted
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(Holds(pool_->host_page_address(8 + i),
+                      static_cast<unsigned char>(0x42 + i)))
+        << "block " << i + 2;
+  }
+  EXPECT_EQ(chain_->CountPresent(keys), 0u);
+  // The taken blocks' writes are void: nothing is left to write.
+  EXPECT_EQ(tier->stats().pending, 0u);
+  tier->SetWritesPausedForTesting(false);
+  tier->Flush();
+  EXPECT_EQ(tier->stats().used, 0u);
+  EXPECT_EQ(tier->stats().bytes_written, 0u);
+}
+
+// A block whose copy into a tier is still running (Demote held in flight
+// through its test hook) is not a miss: a concurrent Match/Acquire
+// (CountPresent, then Promote) waits for that copy and then hits, with
+// the block's own bytes.
+TEST_F(TierChainTest, ABlockWhoseCopyIntoATierRunsIsWaitedForNotMissed) {
+  MakeChain(/*host=*/4, /*disk=*/0);
+  absl::Notification entered, release;
+  chain_->SetDemoteHookForTesting([&] {
+    entered.Notify();
+    release.WaitForNotification();
+  });
+  for (uint64_t i = 0; i < 2; ++i) FillPage(i, static_cast<unsigned char>(0x60 + i));
+  std::thread demoter([&] {
+    std::vector<TierMove> moves;
+    chain_->Demote({{.block = Block(0), .page = 0, .ns = 1},
+                    {.block = Block(1), .page = 1, .ns = 1}},
+                   &moves);
+  });
+  entered.WaitForNotification();
+  const std::vector<BlockKey> keys = {Key(0), Key(1)};
+  std::atomic<size_t> counted{kNoTierSlot};
+  std::thread matcher([&] { counted = chain_->CountPresent(keys); });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(counted.load(), kNoTierSlot) << "answered while the copy ran";
+  release.Notify();
+  demoter.join();
+  matcher.join();
+  EXPECT_EQ(counted.load(), 2u);
+  chain_->SetDemoteHookForTesting(nullptr);
+  const std::vector<uint64_t> pages = {8, 9};
+  for (uint64_t p : pages) FillPage(p, 0);
+  std::vector<TierMove> moves;
+  ASSERT_EQ(chain_->Promote(keys, pages, &moves), 2u);
+  EXPECT_TRUE(Holds(pool_->host_page_address(8), 0x60));
+  EXPECT_TRUE(Holds(pool_->host_page_address(9), 0x61));
+}
+
+// A graceful stop writes the pool's blocks, then the host tier's, down to
+// the durable tier, hottest first; a restart finds them all, the hottest
+// the most recent, with their bytes.
+TEST_F(TierChainTest, DrainWritesThePoolThenTheHostTierDownHottestFirst) {
+  MakeChain(/*host=*/2, /*disk=*/8);
+  // The host tier holds 0 and 1 (1 the newer).
+  std::vector<TierMove> moves;
+  for (uint64_t i = 0; i < 2; ++i) {
+    FillPage(i, static_cast<unsigned char>(0x20 + i));
+    chain_->Demote({{.block = Block(i), .page = i}}, &moves);
+  }
+  // The pool caches 2, 3, 4; 4 is the hottest.
+  std::vector<EvictedPage> pool;
+  for (uint64_t i = 4; i >= 2; --i) {
+    FillPage(i, static_cast<unsigned char>(0x20 + i));
+    pool.push_back({.block = Block(i), .page = i, .ns = 1});
+  }
+  const TierChain::DrainResult r =
+      chain_->Drain(pool, absl::InfiniteFuture());
+  EXPECT_EQ(r.drained, 5u);
+  EXPECT_EQ(r.left, 0u);
+  // The host tier lent its blocks; they are still there, not promoted.
+  EXPECT_EQ(chain_->Find(TierKind::kHost)->stats().used, 2u);
+  EXPECT_EQ(chain_->Find(TierKind::kHost)->stats().promotions, 0u);
+
+  // Restart: the disk tier alone, reloaded from its file.
+  chain_.reset();
+  MakeChain(/*host=*/0, /*disk=*/8);
+  Tier& disk = *chain_->Find(TierKind::kDisk);
+  EXPECT_EQ(disk.stats().reloaded, 5u);
+  // Four more blocks fill it past its 8: the one that leaves is the
+  // coldest drained, the host tier's older block 0.
+  for (uint64_t i = 10; i < 14; ++i) {
+    FillPage(i - 10, static_cast<unsigned char>(i));
+    chain_->Demote({{.block = Block(i), .page = i - 10}}, &moves);
+  }
+  TierBlock where;
+  EXPECT_EQ(chain_->Locate(Key(0), &where), 0);
+  for (uint64_t i = 1; i <= 4; ++i) {
+    EXPECT_EQ(chain_->Locate(Key(i), &where), kMediumDiskTier) << i;
+  }
+  const std::vector<BlockKey> keys = {Key(4), Key(3), Key(2), Key(1)};
+  const std::vector<uint64_t> pages = {8, 9, 10, 11};
+  ASSERT_EQ(chain_->Promote(keys, pages, &moves), 4u);
+  EXPECT_TRUE(Holds(pool_->host_page_address(8), 0x24));
+  EXPECT_TRUE(Holds(pool_->host_page_address(9), 0x23));
+  EXPECT_TRUE(Holds(pool_->host_page_address(10), 0x22));
+  EXPECT_TRUE(Holds(pool_->host_page_address(11), 0x21));
+}
+
+// Without a tier that outlives the process, a drain keeps nothing and
+// says so.
+TEST_F(TierChainTest, DrainWithoutADurableTierLeavesEverything) {
+  MakeChain(/*host=*/4, /*disk=*/0);
+  std::vector<TierMove> moves;
+  FillPage(0, 0x30);
+  chain_->Demote({{.block = Block(0), .page = 0}}, &moves);
+  const std::vector<EvictedPage> pool = {{.block = Block(1), .page = 1}};
+  const TierChain::DrainResult r =
+      chain_->Drain(pool, absl::InfiniteFuture());
+  EXPECT_EQ(r.drained, 0u);
+  EXPECT_EQ(r.left, 2u);
 }
 
 TEST_F(TierChainTest, AHostTierAloneDropsWhatItCannotHold) {

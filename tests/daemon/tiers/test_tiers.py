@@ -319,7 +319,9 @@ def test_host_and_disk_tier_moves_are_kv_events_with_their_media(
 def test_a_restart_keeps_the_disk_tier_not_the_host_tier(prompts, tier_dir,
                                                          reference):
     spec = CHAINS["host+disk"].format(dir=tier_dir)
-    d = start(tier_dir, spec=spec)
+    # No drain: the restart finds what the disk tier held before the stop
+    # (the drain's own tests are below).
+    d = start(tier_dir, "--drain_timeout=0", spec=spec)
     run_worker(prompts, "unix:" + d.sock)
     on_disk = tiers_by_kind(d.stats())["disk"].blocks
     d.stop()
@@ -455,7 +457,7 @@ def test_a_corrupt_block_is_a_miss_and_a_removal_event(prompts, tier_dir,
     ("disk,path={dir}", POOL, "bytes= is required"),
     ("disk,path={dir},bytes=1MiB,speed=9", POOL, "unknown key 'speed'"),
     ("host,bytes=100", POOL, "--tier=host: bytes=100 holds no page"),
-    ("host,bytes=1TiB", POOL, "--tier=host: host memory: 1099511627776 bytes"),
+    ("host,bytes=1TiB", POOL, "--tier=host: host memory: 1 TiB asked for"),
     ("host,bytes=1MiB,path=/tmp", POOL, "host: unknown key 'path'"),
     ("host,bytes=1MiB;host,bytes=1MiB", POOL, "same kind of tier twice"),
     ("disk,path={dir},bytes=1MiB;host,bytes=1MiB", POOL, "host tier goes above"),
@@ -477,3 +479,145 @@ def test_bad_tier_flags_are_clear_startup_errors(tmp_path, tier, pool, want):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode in (1, 2), (r.returncode, r.stderr)
     assert want in r.stderr, r.stderr
+
+
+def test_a_disk_tier_larger_than_the_free_space_is_a_configuration_error(
+        tmp_path):
+    """Exit 2 (systemd's RestartPreventExitStatus: no restart loop), with
+    the tier, its path and both sizes in units people read."""
+    st = os.statvfs(tmp_path)
+    free = st.f_bavail * st.f_frsize
+    ask_gib = free // (1 << 30) + 64
+    r = subprocess.run([binary("RADIXKVD"), f"--socket={tmp_path}/s.sock",
+                        "--metrics_listen=", f"--pool={POOL}",
+                        f"--tier=disk,path={tmp_path},bytes={ask_gib}GiB"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert f"--tier=disk,path={tmp_path}: the tier file needs " in r.stderr, r.stderr
+    assert " GiB (the bytes= option), the filesystem has " in r.stderr, r.stderr
+    assert str(ask_gib << 30) not in r.stderr, r.stderr  # no raw byte counts
+    # Nothing of the asked size was allocated.
+    assert all(p.stat().st_size < 1 << 20
+               for p in tmp_path.iterdir() if p.is_file()), list(tmp_path.iterdir())
+
+
+def test_a_host_tier_beyond_the_machines_memory_is_a_configuration_error(
+        tmp_path):
+    phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    ask_gib = phys // (1 << 30) + 64
+    r = subprocess.run([binary("RADIXKVD"), f"--socket={tmp_path}/s.sock",
+                        "--metrics_listen=", f"--pool={POOL}",
+                        f"--tier=host,bytes={ask_gib}GiB"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert f"host memory: {ask_gib} GiB asked for, the machine has " in r.stderr, \
+        r.stderr
+
+
+# ---- A graceful stop drains the pool and the host tier to the disk tier ----
+
+def drain_namespace():
+    import radixkv
+    # 2 (K and V) * 1 layer * 1 head * 64 * 16 tokens * 4 bytes = PAGE_BYTES.
+    return radixkv.NamespaceSpec(model="drain", num_layers=1, num_kv_heads=1,
+                                 head_dim=64, page_size=16, dtype="fp32")
+
+
+def drain_rows(n):
+    return [[(11 * i + 17 * j) % 997 + 1 for j in range(PROMPT_TOKENS)]
+            for i in range(n)]
+
+
+def commit_rows(d, rows):
+    import radixkv
+    with radixkv.Client(endpoint=d.sock, namespace=drain_namespace(),
+                        release_delay=0) as c:
+        for tokens in rows:
+            with c.acquire(tokens) as lease:
+                lease.commit()
+
+
+def hits_after_restart(d, rows):
+    """Blocks of each row an Acquire finds (pool or promoted)."""
+    import radixkv
+    got = []
+    with radixkv.Client(endpoint=d.sock, namespace=drain_namespace(),
+                        release_delay=0) as c:
+        for tokens in rows:
+            with c.acquire(tokens) as lease:
+                got.append(lease.matched_blocks)
+    return got
+
+
+def stop_timed(d):
+    start_s = time.monotonic()
+    d.stop()
+    return d.proc.returncode, time.monotonic() - start_s
+
+
+@pytest.mark.parametrize("chain", ["disk", "host+disk"])
+def test_sigterm_drains_the_pool_and_host_tier_so_a_restart_hits_all(
+        tier_dir, chain):
+    """6 prompts of 8 blocks through a 16-page pool (and a 6-block host
+    tier): the newest blocks are only in the pool and host memory until
+    SIGTERM writes them down; the restarted daemon hits every prompt."""
+    spec = CHAINS[chain].format(dir=tier_dir)
+    rows = drain_rows(6)
+    d = start(tier_dir, spec=spec)
+    commit_rows(d, rows)
+    rc, _ = stop_timed(d)
+    assert rc == 0, d.log()
+    assert "drain: " in d.log() and " 0 left behind" in d.log(), d.log()
+    d = start(tier_dir, spec=spec)
+    try:
+        assert hits_after_restart(d, rows) == [8] * len(rows), d.log()
+    finally:
+        d.stop()
+
+
+def test_drain_timeout_bounds_the_stop_and_zero_disables_it(tier_dir):
+    spec = CHAINS["disk"].format(dir=tier_dir)
+    rows = drain_rows(4)
+    # A deadline already past when the drain starts: nothing is written,
+    # every pool block is counted as left behind, and the stop is prompt.
+    d = start(tier_dir, "--drain_timeout=1us", spec=spec)
+    commit_rows(d, rows)
+    rc, took = stop_timed(d)
+    assert rc == 0, d.log()
+    assert "drain: 0 blocks" in d.log(), d.log()
+    assert " 16 left behind" in d.log(), d.log()
+    assert took < 5, took
+    # --drain_timeout=0: no drain at all; what only the pool held is lost.
+    d = start(tier_dir, "--drain_timeout=0", spec=spec)
+    commit_rows(d, drain_rows(8)[4:])
+    rc, _ = stop_timed(d)
+    assert rc == 0 and "drain: " not in d.log().split("radixkvd: ready")[-1]
+    d = start(tier_dir, spec=spec)
+    try:
+        got = hits_after_restart(d, drain_rows(8)[4:])
+        assert got[-2:] == [0, 0], got  # the two prompts the pool held
+    finally:
+        d.stop()
+
+
+def test_sigterm_with_idle_client_connections_stops_promptly(tier_dir):
+    """Connections that carry no call (a client's idle session, a client
+    that connected and sent nothing) do not hold the stop for
+    --shutdown_grace: it ends once no call is in flight."""
+    import radixkv
+    import socket
+    d = start(tier_dir, "--shutdown_grace=20s")
+    c = radixkv.Client(endpoint=d.sock, namespace=drain_namespace(),
+                       release_delay=0)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with c.acquire(drain_rows(1)[0]) as lease:
+            lease.commit()
+        silent.connect(d.sock)
+        time.sleep(0.2)
+        rc, took = stop_timed(d)
+        assert rc == 0, d.log()
+        assert took < 3, (took, d.log())
+    finally:
+        silent.close()
+        c.close()
