@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "base/log.h"
 #include "daemon/rpc/server.h"
+#include "radix/eviction_policy.h"
 #include "radixkv/defaults.h"
 
 // The four normative flags (docs/CONTRACTS.md §5): names, meanings and
@@ -67,6 +68,13 @@ ABSL_FLAG(uint32_t, max_prompt_tokens, 131072,
 ABSL_FLAG(uint32_t, max_string_bytes, 256,
           "largest namespace string / client name");
 ABSL_FLAG(uint32_t, max_page_size, 1024, "largest namespace page_size (tokens)");
+ABSL_FLAG(std::string, eviction_policy, "lru",
+          "which unpinned cached block the pool evicts first: lru (the least "
+          "recently used leaf) or turn_duel (new blocks of requests that "
+          "start conversations wait on a probation stack and go first, at a "
+          "strength picked online by sampled shadow caches; equal to lru "
+          "until a shadow does better); docs/OPERATIONS.md says when to "
+          "choose which");
 ABSL_FLAG(uint64_t, max_pool_pages, uint64_t{1} << 22,
           "most pages the pool may be divided into; a first namespace whose "
           "page_bytes would divide --pool into more is refused (the index "
@@ -267,6 +275,12 @@ absl::StatusOr<radixkv::daemon::ServerOptions> OptionsFromFlags() {
   o.cache.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   o.cache.max_string_bytes = absl::GetFlag(FLAGS_max_string_bytes);
   o.cache.max_page_size = absl::GetFlag(FLAGS_max_page_size);
+  if (const std::string p = absl::GetFlag(FLAGS_eviction_policy);
+      !radixkv::ParseEvictionPolicy(p, &o.cache.eviction_policy)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--eviction_policy=", p, ": not a policy; choose one of ",
+                     radixkv::EvictionPolicyNames()));
+  }
   o.cache.max_pool_pages = absl::GetFlag(FLAGS_max_pool_pages);
   o.cache.allow_key_mode = absl::GetFlag(FLAGS_allow_key_mode);
   o.cache.event_buffer = absl::GetFlag(FLAGS_event_buffer);

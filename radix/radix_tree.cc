@@ -113,11 +113,16 @@ RadixTree::Impl::Impl(const RadixTreeOptions& o)
       epoch(absl::Now()),
       sentinel(o.capacity_pages),
       num_accounts(o.accounts),
-      accounts(o.accounts) {}
+      probation_sentinel(o.capacity_pages + o.accounts),
+      accounts(o.accounts) {
+  if (o.eviction_policy == EvictionPolicy::kTurnDuel) {
+    turn_duel = std::make_unique<radix_internal::TurnDuel>(o.capacity_pages);
+  }
+}
 
 absl::Status RadixTree::Impl::Init() {
   WriterMutexLock lock(&mu);
-  const size_t slots = size_t{capacity} + accounts.size();
+  const size_t slots = size_t{capacity} + 2 * accounts.size();
   nodes.reset(NewLargeArray<Node>(slots));
   links.reset(NewLargeArray<radix_internal::Link>(slots));
   if (nodes == nullptr || links == nullptr) {
@@ -174,7 +179,8 @@ void RadixTree::Impl::RememberEviction(const BlockKey& k) {
 
 PageId RadixTree::Impl::VictimList() const {
   if (accounts.size() == 1) {
-    return links[sentinel].next != sentinel ? sentinel : kNoPage;
+    const PageId head = turn_duel == nullptr ? sentinel : AccountVictimList(0);
+    return links[head].next != head ? head : kNoPage;
   }
   // The account with the most cached pages per unit of weight that has an
   // unpinned leaf: cached_a / weight_a > cached_b / weight_b, compared as
@@ -182,7 +188,7 @@ PageId RadixTree::Impl::VictimList() const {
   PageId best = kNoPage;
   uint64_t best_cached = 0, best_weight = 1;
   for (uint32_t i = 0; i < accounts.size(); ++i) {
-    const PageId head = sentinel + i;
+    const PageId head = AccountVictimList(i);
     if (links[head].next == head) continue;
     const radix_internal::Account& a = accounts[i];
     const unsigned __int128 lhs =
@@ -242,8 +248,8 @@ uint64_t RadixTree::Impl::EvictMany(uint64_t max) {
   // links and prefetches victims' nodes, the near one (whose nodes have
   // arrived by then) prefetches their index buckets. Only the walk over the
   // dense links array stays a chain of dependent loads.
-  if (accounts.size() != 1) {
-    // Each victim may come from another account's list: no scouting.
+  if (accounts.size() != 1 || turn_duel != nullptr) {
+    // Each victim may come from another list: no scouting.
     uint64_t n = 0;
     while (n < max && EvictOne()) ++n;
     return n;
@@ -313,10 +319,10 @@ absl::StatusOr<std::unique_ptr<RadixTree>> RadixTree::Create(
     return absl::InvalidArgumentError("max_page_size must be at least 1");
   }
   if (options.accounts == 0 || options.accounts > kMaxAccounts ||
-      options.capacity_pages >= kNoPage - options.accounts) {
+      options.capacity_pages >= kNoPage - 2 * options.accounts) {
     return absl::InvalidArgumentError(absl::StrCat(
         "accounts=", options.accounts, " must be in [1, ", kMaxAccounts,
-        "] and capacity_pages + accounts below ", kNoPage));
+        "] and capacity_pages + 2 accounts below ", kNoPage));
   }
   auto impl = std::make_unique<Impl>(options);
   RETURN_IF_ERROR(impl->Init());

@@ -75,6 +75,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "radix/block_key.h"
+#include "radix/eviction_policy.h"
 #include "radix/refusal.h"
 
 namespace radixkv {
@@ -157,6 +158,9 @@ struct RadixTreeOptions {
   // kMaxAccounts. Each namespace belongs to one (RegisterNamespace).
   // Eviction is fair between them: see AccountLimits.
   uint32_t accounts = 1;
+  // Which unpinned leaf goes first within an account (eviction_policy.h).
+  // kLru is the order described above, exactly.
+  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
 };
 
 inline constexpr uint32_t kMaxAccounts = 4096;

@@ -342,13 +342,22 @@ absl::Status RadixTree::Impl::CheckLists(const PageCounts& c) const {
   if (listed != n_free) {
     return fail("free list has ", listed, " pages, ", n_free, " are free");
   }
-  // Recency lists: exactly the unpinned cached nodes, each on its
-  // account's list and older than its parent (when the parent is unpinned
-  // too).
+  // Recency lists and probation stacks: together exactly the unpinned
+  // cached nodes, each on its account's list of its kind (probation bit)
+  // and nearer the list's head (evicted sooner) than its parent when both
+  // are on the same list. No probation node has a child on a recency
+  // list, so while a probation stack holds nodes its head is a leaf, and
+  // once it is empty so is the recency list's.
   std::vector<uint32_t> pos(capacity, 0);  // 1-based position; 0: absent
+  std::vector<uint32_t> list(capacity, 0);
   uint32_t rank = 0;
-  for (uint32_t a = 0; a < accounts.size(); ++a) {
-    const PageId head = sentinel + a;
+  for (uint32_t l = 0; l < 2 * accounts.size(); ++l) {
+    const bool probation = l >= accounts.size();
+    const uint32_t a = probation ? l - static_cast<uint32_t>(accounts.size()) : l;
+    const PageId head = (probation ? probation_sentinel : sentinel) + a;
+    if (probation && turn_duel == nullptr && links[head].next != head) {
+      return fail("probation stack of account ", a, " used under lru");
+    }
     PageId prev = head;
     for (PageId p = links[head].next; p != head; p = links[p].next) {
       if (p >= capacity) return fail("recency list holds bad page ", p);
@@ -360,9 +369,14 @@ absl::Status RadixTree::Impl::CheckLists(const PageCounts& c) const {
       if (namespaces[n.ns].account != a) {
         return fail("page ", p, " is on account ", a, "'s recency list");
       }
+      if (n.probation != probation) {
+        return fail("page ", p, " is on the wrong list (probation ",
+                    n.probation, ")");
+      }
       if (links[p].prev != prev) return fail("recency list back link at ", p);
       if (pos[p] != 0 || rank >= capacity) return fail("recency list cycle");
       pos[p] = ++rank;
+      list[p] = l;
       prev = p;
     }
     if (links[head].prev != prev) return fail("recency list tail link");
@@ -376,7 +390,13 @@ absl::Status RadixTree::Impl::CheckLists(const PageCounts& c) const {
     if (n.state != PageState::kCached || n.refs != 0 || n.parent == kNoPage) {
       continue;
     }
-    if (nodes[n.parent].refs == 0 && pos[n.parent] < pos[p]) {
+    const Node& parent = nodes[n.parent];
+    if (parent.refs != 0) continue;
+    if (parent.probation && !n.probation) {
+      return fail("page ", p, " is on a recency list, its parent ", n.parent,
+                  " on a probation stack");
+    }
+    if (list[n.parent] == list[p] && pos[n.parent] < pos[p]) {
       return fail("page ", p, " is newer in the recency list than its parent ",
                   n.parent);
     }

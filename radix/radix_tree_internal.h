@@ -69,6 +69,7 @@
 #include "absl/time/time.h"
 #include "base/mutex.h"
 #include "radix/radix_tree.h"
+#include "radix/turn_duel.h"
 
 namespace radixkv {
 namespace radix_internal {
@@ -91,6 +92,10 @@ struct Node {
   // key == ChainBlockKey(parent's key or the root, stored tokens): safe to
   // derive from a token comparison (committed from a token-mode lease).
   bool chain_keyed : 1 = false;
+  // On its account's probation stack when unpinned, not its recency list
+  // (turn_duel: inserted by a lease whose request was not admitted, and
+  // not matched since).
+  bool probation : 1 = false;
 };
 static_assert(sizeof(Node) <= 40, "keep the node within 40 bytes");
 
@@ -236,6 +241,9 @@ struct Lease {
   bool chain_keyed = false;     // keys computed by the tree from the tokens
   bool broken = false;          // a commit collided; later blocks are orphans
   bool fenced = false;          // expired / owner gone; pages held (fence)
+  // Its new blocks join the recency list (true) or the probation stack
+  // (the eviction policy's choice at Acquire).
+  bool admit = true;
   uint64_t held = 0;            // pages held: pinned path + WRITING pages
   uint32_t committed = 0;       // writing[0 .. committed) were committed
   std::vector<PageId> path;     // pinned nodes, root first
@@ -469,11 +477,16 @@ struct RadixTree::Impl {
       LruRemove(p);
       ++pinned_count;
     }
+    n.probation = false;  // matched: it goes to the recency list
     n.last_used = now;
   }
   // `head`: SentinelOf(p's namespace), which the caller computes once for
-  // a lease's whole path.
-  ABSL_ATTRIBUTE_ALWAYS_INLINE void Unpin(PageId p, uint32_t now, PageId head)
+  // a lease's whole path. A probation node goes on its account's probation
+  // stack right after *prob_at (which then names it): a lease's path is
+  // unpinned deepest first and *prob_at starts at the stack's sentinel, so
+  // the deepest lands on top and each node above its parent.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Unpin(PageId p, uint32_t now, PageId head,
+                                          PageId* prob_at)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     Node& n = nodes[p];
     assert(n.state == PageState::kCached && n.refs > 0 &&
@@ -482,8 +495,36 @@ struct RadixTree::Impl {
     if (--n.refs == 0) {
       assert(pinned_count > 0);
       --pinned_count;
-      LruAppend(p, head);
+      if (n.probation) {
+        LinkAfter(p, *prob_at);
+        *prob_at = p;
+      } else {
+        LruAppend(p, head);
+      }
     }
+  }
+  // Links `p` into a list right after `at` (a sentinel or a listed node).
+  void LinkAfter(PageId p, PageId at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    radix_internal::Link& a = links[at];
+    radix_internal::Link& l = links[p];
+    assert(l.prev == kNoPage && l.next == kNoPage &&
+           "LinkAfter: page is already on a list");
+    l.prev = at;
+    l.next = a.next;
+    links[a.next].prev = p;
+    a.next = p;
+  }
+  // The sentinel of the probation stack of `ns`'s account.
+  PageId ProbationSentinelOf(NamespaceId ns) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return probation_sentinel + namespaces[ns].account;
+  }
+  // The list account `a`'s next victim comes from: its probation stack
+  // (top first) while that holds a node, else its recency list; either
+  // may be empty.
+  PageId AccountVictimList(uint32_t a) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    const PageId prob = probation_sentinel + a;
+    return links[prob].next != prob ? prob : sentinel + a;
   }
   PageId PopFree() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void PushFree(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -493,7 +534,8 @@ struct RadixTree::Impl {
   // kNoPage when no list has one. An account at its own max_pages evicts
   // from its own list instead (AcquireLocked).
   PageId VictimList() const ABSL_SHARED_LOCKS_REQUIRED(mu);
-  // Evicts the oldest unpinned leaf of the list headed by `head`; false
+  // Evicts the first node of the list headed by `head` (a recency list's
+  // oldest, a probation stack's top: an unpinned leaf either way); false
   // when the list is empty.
   // Describes the victim in *out when `out` is not null.
   bool EvictFrom(PageId head, EvictedBlock* out = nullptr)
@@ -610,15 +652,17 @@ struct RadixTree::Impl {
   const absl::Time epoch;
   const PageId sentinel;  // == capacity: account 0's list head
   const uint32_t num_accounts;  // RadixTreeOptions::accounts == accounts.size()
+  // == capacity + num_accounts: account 0's probation stack head.
+  const PageId probation_sentinel;
 
   mutable SharedMutex mu;
   // mu protects the following state.
-  // capacity + accounts.size() nodes (the last ones are the sentinels'); never
-  // reallocated, so the key index may hold a pointer to it.
+  // capacity + 2 accounts.size() nodes (the last ones are the sentinels');
+  // never reallocated, so the key index may hold a pointer to it.
   std::unique_ptr<Node[], radix_internal::LargeDeleter> nodes
       ABSL_GUARDED_BY(mu);
-  // capacity + accounts.size() links; links[sentinel + a] heads account
-  // a's recency list.
+  // capacity + 2 accounts.size() links; links[sentinel + a] heads account
+  // a's recency list, links[probation_sentinel + a] its probation stack.
   std::unique_ptr<radix_internal::Link[], radix_internal::LargeDeleter> links
       ABSL_GUARDED_BY(mu);
   KeyIndex index ABSL_GUARDED_BY(mu);
@@ -666,6 +710,9 @@ struct RadixTree::Impl {
   std::vector<BlockKey> evicted_ring ABSL_GUARDED_BY(mu);
   size_t evicted_next ABSL_GUARDED_BY(mu) = 0;
   std::vector<TreeEvent> pending_events ABSL_GUARDED_BY(mu);
+  // The turn_duel policy's state (null for lru: no probation stack is
+  // ever used).
+  std::unique_ptr<radix_internal::TurnDuel> turn_duel ABSL_GUARDED_BY(mu);
   TreeStats stats ABSL_GUARDED_BY(mu);  // counters only; gauges computed
   // Match runs under a shared lock, so its counters are atomic.
   mutable std::atomic<uint64_t> matches{0};

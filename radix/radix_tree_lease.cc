@@ -32,10 +32,12 @@ void RadixTree::Impl::EndLease(Lease& lease) {
       PushFree(p);
     }
   }
-  // Deepest first, so each node lands in the recency list after its children.
+  // Deepest first, so each node lands in the recency list after its
+  // children, and on the probation stack below them.
   const PageId head = SentinelOf(lease.ns);
+  PageId prob_at = ProbationSentinelOf(lease.ns);
   for (auto it = lease.path.rbegin(); it != lease.path.rend(); ++it) {
-    Unpin(*it, now, head);
+    Unpin(*it, now, head, &prob_at);
   }
 }
 
@@ -307,6 +309,9 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
         std::min<uint64_t>(want, budget - r.matched_blocks));
   }
   Lease lease;
+  if (turn_duel != nullptr) {
+    lease.admit = turn_duel->Admit(prompt.keys, r.matched_blocks);
+  }
   lease.owner = req.owner;
   lease.expires = req.expires;
   lease.ns = req.ns;
@@ -321,7 +326,7 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
     EvictedBlock* const report = req.report_evictions ? &victim : nullptr;
     if (at_limit) {
       // Only the account's own pages make room for it.
-      if (!EvictFrom(sentinel + account_id, report)) {
+      if (!EvictFrom(AccountVictimList(account_id), report)) {
         r.account_limited = true;
         break;
       }
@@ -383,6 +388,7 @@ void RadixTree::Impl::InsertNode(Lease& lease, PageId w, const BlockKey& key,
   n.state = PageState::kCached;
   n.has_tokens = lease.has_tokens;
   n.chain_keyed = lease.chain_keyed;
+  n.probation = !lease.admit;
   n.hot_child = kNoPage;
   SetHotChild(lease.ns, parent, w);
   index.insert(w);

@@ -72,6 +72,7 @@ Cache::Cache(const CacheOptions& options)
                  .max_page_size = options.max_page_size,
                  .account_limits = options.account_limits,
                  .remembered_evictions = options.remembered_evictions,
+                 .eviction_policy = options.eviction_policy,
                  .events = &events_,
                  .attach_socket = options.attach_socket,
                  .on_pool_created =

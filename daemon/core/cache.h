@@ -105,6 +105,8 @@ struct CacheOptions : RequestLimits {
   size_t event_buffer = 65536;
   // Evicted keys Explain remembers as EVICTED.
   uint32_t remembered_evictions = 4096;
+  // Which unpinned leaf the pool evicts first (--eviction_policy).
+  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
   // Other namespaces Explain looks in for WRONG_NAMESPACE (each costs a
   // hash of the prompt), --explain_max_namespaces.
   uint32_t explain_max_namespaces = 16;

@@ -176,6 +176,7 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
   topts.capacity_pages = static_cast<uint32_t>(pool->capacity_pages());
   topts.max_page_size = options_.max_page_size;
   topts.remembered_evictions = options_.remembered_evictions;
+  topts.eviction_policy = options_.eviction_policy;
   topts.listener = options_.events;
   topts.fence_unended_leases =
       options_.fence && options_.pool.backend != gpu::Backend::kNone;

@@ -67,6 +67,8 @@ struct RegistryOptions {
   // without limits.
   std::vector<AccountLimits> account_limits;
   uint32_t remembered_evictions = 4096;
+  // RadixTreeOptions::eviction_policy for the tree.
+  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
   // Receives the tree's events and learns each namespace's root. Not
   // owned; may be null; must outlive the registry.
   EventLog* events = nullptr;

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -29,21 +31,24 @@ class CountingListener : public EventListener {
   std::atomic<uint64_t> removed_{0};
 };
 
-// The parameter: the tree's accounts. With 3, the two namespaces belong to
-// accounts 1 (weight 2) and 2 (at most 64 pages), so evictions pick
-// between lists and one account recycles its own pages.
-class RadixStressTest : public testing::TestWithParam<uint32_t> {};
+// The parameters: the tree's accounts and its eviction policy. With 3
+// accounts, the two namespaces belong to accounts 1 (weight 2) and 2 (at
+// most 64 pages), so evictions pick between lists and one account
+// recycles its own pages; turn_duel adds the probation stacks.
+class RadixStressTest
+    : public testing::TestWithParam<std::tuple<uint32_t, EvictionPolicy>> {};
 
 TEST_P(RadixStressTest, ConcurrentOperationsKeepInvariants) {
   constexpr int kThreads = 8;
   constexpr int kOpsPerThread = 3000;
   constexpr uint32_t kPageSize = 4;
-  const uint32_t accounts = GetParam();
+  const uint32_t accounts = std::get<0>(GetParam());
   CountingListener listener;
   std::unique_ptr<RadixTree> tree_owner =
       RadixTree::Create({.capacity_pages = 256,
                          .listener = &listener,
-                         .accounts = accounts})
+                         .accounts = accounts,
+                         .eviction_policy = std::get<1>(GetParam())})
           .value();
   RadixTree& tree = *tree_owner;
   if (accounts > 1) {
@@ -192,10 +197,17 @@ TEST_P(RadixStressTest, ConcurrentOperationsKeepInvariants) {
             s.cached_pages);
 }
 
-INSTANTIATE_TEST_SUITE_P(Accounts, RadixStressTest, testing::Values(1u, 3u),
-                         [](const testing::TestParamInfo<uint32_t>& p) {
-                           return p.param == 1 ? "OneAccount" : "ThreeAccounts";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AccountsAndPolicies, RadixStressTest,
+    testing::Combine(testing::Values(1u, 3u),
+                     testing::Values(EvictionPolicy::kLru,
+                                     EvictionPolicy::kTurnDuel)),
+    [](const testing::TestParamInfo<RadixStressTest::ParamType>& p) {
+      return std::string(std::get<0>(p.param) == 1 ? "OneAccount"
+                                                   : "ThreeAccounts") +
+             (std::get<1>(p.param) == EvictionPolicy::kLru ? "Lru"
+                                                           : "TurnDuel");
+    });
 
 }  // namespace
 }  // namespace radixkv

@@ -1,0 +1,76 @@
+"""--eviction_policy end to end: real radixkvd processes and radixkv.Client.
+
+Four hot prompts of 8 blocks come back between scans of one-shot prompts
+that push them out of a 64-page pool under lru. With turn_duel the scans'
+blocks wait on the probation stack and the hot prompts hit; with lru they
+never do. A bad policy name is a configuration error (exit 2) naming the
+flag and every policy.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+from rkv_testutil import SMALL, Daemon, assert_no_leaks  # noqa: E402
+import radixkv  # noqa: E402
+
+PAGES = 64
+
+
+def binary():
+    path = os.environ.get("RADIXKVD", "")
+    if not path or not os.access(path, os.X_OK):
+        pytest.skip("$RADIXKVD does not name an executable (run through ctest)")
+    return path
+
+
+def test_an_unknown_policy_is_a_configuration_error():
+    r = subprocess.run([binary(), "--eviction_policy=fifo", "--metrics_listen=",
+                        "--socket=/tmp/rkv-eviction-policy-unused.sock"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "--eviction_policy=fifo: not a policy; choose one of lru, turn_duel" \
+        in r.stderr, r.stderr
+
+
+def hot_hits(policy):
+    pool = f"host,bytes={PAGES * SMALL.page_bytes},page_bytes={SMALL.page_bytes}"
+    d = Daemon(binary(), [f"--eviction_policy={policy}"], pool).start()
+    try:
+        ps = SMALL.page_size
+        serial = [1]
+
+        def prompt(blocks):
+            # Full blocks and one more token (the last token is the one to
+            # compute, so its block is never looked up).
+            t = list(range(serial[0], serial[0] + blocks * ps + 1))
+            serial[0] += blocks * ps + 1
+            return t
+
+        hot = [prompt(8) for _ in range(4)]
+        hits = 0
+        with radixkv.Client(d.sock, namespace=SMALL, release_delay=0,
+                            initial_wait=10.0) as c:
+            for _ in range(60):
+                for h in hot:
+                    with c.acquire(h) as lease:
+                        hits += lease.matched_blocks
+                        if lease.new_blocks:
+                            lease.commit()
+                for _ in range(8):
+                    with c.acquire(prompt(8)) as lease:
+                        if lease.new_blocks:
+                            lease.commit()
+        assert_no_leaks(d, sessions=0)
+        return hits
+    finally:
+        d.stop()
+
+
+def test_turn_duel_keeps_a_hot_set_through_scans_that_lru_loses():
+    lru = hot_hits("lru")
+    duel = hot_hits("turn_duel")
+    assert lru == 0, lru  # a reuse distance of 96 blocks over 64 pages
+    assert duel > 60 * 32 // 2, (duel, lru)
