@@ -218,6 +218,7 @@ bool RadixTree::Impl::EvictFrom(PageId head, EvictedBlock* out) {
   index.erase(p);
   if (n.parent != kNoPage) --nd[n.parent].children;
   --namespaces[n.ns].cached_blocks;
+  probation_count -= n.probation;
   radix_internal::Account& a = AccountOf(n.ns);
   --a.cached;
   ++a.evicted;

@@ -372,6 +372,16 @@ struct TreeStats {
   // comparing tokens along the tree, and blocks whose key was hashed.
   uint64_t walked_blocks = 0;
   uint64_t hashed_blocks = 0;
+  // The eviction policy (RadixTreeOptions::eviction_policy) and its state:
+  // unpinned cached pages on the probation stacks, turn_duel's current
+  // strength theta (0: as lru), how often it changed, and the Acquires
+  // whose new blocks joined the recency list or the probation stack.
+  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
+  uint64_t probation_pages = 0;
+  uint32_t eviction_theta = 0;
+  uint64_t eviction_switches = 0;
+  uint64_t admitted_requests = 0;
+  uint64_t probation_requests = 0;
 };
 
 class RadixTree {

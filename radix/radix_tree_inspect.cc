@@ -179,6 +179,14 @@ TreeStats RadixTree::GetStats() const {
   s.hashed_blocks = m.hashed_blocks.load(std::memory_order_relaxed);
   s.fenced_leases = m.fenced_leases;
   s.fenced_pages = m.fenced_pages;
+  s.probation_pages = m.probation_count;
+  if (m.turn_duel != nullptr) {
+    s.eviction_policy = EvictionPolicy::kTurnDuel;
+    s.eviction_theta = static_cast<uint32_t>(m.turn_duel->theta());
+    s.eviction_switches = m.turn_duel->switches();
+    s.admitted_requests = m.turn_duel->admitted();
+    s.probation_requests = m.turn_duel->probationed();
+  }
   return s;
 }
 
@@ -384,6 +392,14 @@ absl::Status RadixTree::Impl::CheckLists(const PageCounts& c) const {
   if (rank != n_cached - n_pinned) {
     return fail("recency list has ", rank, " nodes, ", n_cached - n_pinned,
                 " are unpinned");
+  }
+  uint64_t on_probation = 0;
+  for (PageId p = 0; p < capacity; ++p) {
+    on_probation += pos[p] != 0 && list[p] >= accounts.size();
+  }
+  if (on_probation != probation_count) {
+    return fail("probation stacks hold ", on_probation, " nodes, ",
+                probation_count, " are counted");
   }
   for (PageId p = 0; p < capacity; ++p) {
     const Node& n = nodes[p];

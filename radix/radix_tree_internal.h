@@ -476,6 +476,7 @@ struct RadixTree::Impl {
       assert(links[p].prev != kNoPage && "Pin: unpinned node off the list");
       LruRemove(p);
       ++pinned_count;
+      probation_count -= n.probation;
     }
     n.probation = false;  // matched: it goes to the recency list
     n.last_used = now;
@@ -498,6 +499,7 @@ struct RadixTree::Impl {
       if (n.probation) {
         LinkAfter(p, *prob_at);
         *prob_at = p;
+        ++probation_count;
       } else {
         LruAppend(p, head);
       }
@@ -674,6 +676,7 @@ struct RadixTree::Impl {
   uint64_t writing_count ABSL_GUARDED_BY(mu) = 0;
   uint64_t cached_count ABSL_GUARDED_BY(mu) = 0;
   uint64_t pinned_count ABSL_GUARDED_BY(mu) = 0;
+  uint64_t probation_count ABSL_GUARDED_BY(mu) = 0;  // on probation stacks
   // Bumped by every eviction, the only way a cached node leaves the tree or
   // changes key, parent, tokens or namespace. A token walk's pages are still
   // valid while it is unchanged (AcquireRequest::known_epoch). Starts at 1:

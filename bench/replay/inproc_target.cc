@@ -110,6 +110,7 @@ absl::StatusOr<std::unique_ptr<ReplayTarget>> NewInProcTarget(
   topts.capacity_pages = options.capacity_pages;
   topts.max_page_size = std::max<uint32_t>(options.page_size, 1);
   topts.remembered_evictions = 0;
+  topts.eviction_policy = options.eviction_policy;
   absl::StatusOr<std::unique_ptr<RadixTree>> tree = RadixTree::Create(topts);
   if (!tree.ok()) return tree.status();
   absl::StatusOr<NamespaceId> ns =

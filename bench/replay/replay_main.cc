@@ -33,6 +33,9 @@ ABSL_FLAG(std::string, endpoint, "",
 ABSL_FLAG(uint32_t, capacity, 0,
           "inproc mode: pool capacity in pages; 0 = unbounded");
 ABSL_FLAG(uint32_t, page_size, 512, "tokens per block (the trace's block size)");
+ABSL_FLAG(std::string, eviction_policy, "lru",
+          "inproc mode: the tree's eviction policy (lru, turn_duel); through "
+          "a daemon it is the daemon's --eviction_policy");
 ABSL_FLAG(int32_t, clients, 1, "concurrent clients sharing one request cursor");
 ABSL_FLAG(uint64_t, limit, 0, "replay only the first N requests (0 = all)");
 ABSL_FLAG(std::string, via, "client",
@@ -68,6 +71,12 @@ absl::Status Main() {
   if (mode == "inproc") {
     radixkv::bench::InProcOptions o;
     o.page_size = page_size;
+    if (const std::string p = absl::GetFlag(FLAGS_eviction_policy);
+        !radixkv::ParseEvictionPolicy(p, &o.eviction_policy)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--eviction_policy=", p, ": not a policy; choose one of ",
+          radixkv::EvictionPolicyNames()));
+    }
     o.capacity_pages = absl::GetFlag(FLAGS_capacity);
     if (o.capacity_pages == 0) {
       // Unbounded: room for every distinct block, so nothing is evicted.

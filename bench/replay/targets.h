@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "bench/replay/replay.h"
 #include "radix/block_key.h"
+#include "radix/eviction_policy.h"
 
 namespace radixkv::bench {
 
@@ -42,6 +43,7 @@ struct InProcOptions {
   uint32_t capacity_pages = 0;  // REQUIRES: > 0 (the caller sizes "unbounded")
   uint32_t page_size = 512;
   bool check_invariants = true;  // RadixTree::CheckInvariants after the run
+  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
 };
 absl::StatusOr<std::unique_ptr<ReplayTarget>> NewInProcTarget(
     const InProcOptions& options);

@@ -152,6 +152,16 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
                                   HumanCount(st.deduplicated_blocks()),
                                   " deduplicated"));
   kv.Add("evicted", absl::StrCat(HumanCount(st.evicted_pages()), " pages"));
+  if (!st.eviction_policy().empty()) {
+    std::string policy = st.eviction_policy();
+    if (policy != "lru") {
+      absl::StrAppend(&policy, " (theta ", st.eviction_theta(), ", ",
+                      HumanCount(st.eviction_switches()), " changes; ",
+                      PagesWithBytes(st.probation_pages(), pb),
+                      " on probation)");
+    }
+    kv.Add("eviction", policy);
+  }
   kv.Add("collisions", HumanCount(st.hash_collisions()));
   kv.Add("block keys",
          absl::StrCat(HumanCount(st.walked_blocks()), " by token walk, ",

@@ -71,6 +71,12 @@ void FillTreeStats(const TreeStats& ts, v1::Stats* s) {
   s->set_lease_expired(ts.leases_expired);
   s->set_walked_blocks(ts.walked_blocks);
   s->set_hashed_blocks(ts.hashed_blocks);
+  s->set_eviction_policy(EvictionPolicyName(ts.eviction_policy));
+  s->set_probation_pages(ts.probation_pages);
+  s->set_eviction_theta(ts.eviction_theta);
+  s->set_eviction_switches(ts.eviction_switches);
+  s->set_admitted_requests(ts.admitted_requests);
+  s->set_probation_requests(ts.probation_requests);
   s->set_quarantined_pages(ts.fenced_pages);
   s->set_quarantined_leases(ts.fenced_leases);
   s->set_invariants_ok(ts.free_pages + ts.writing_pages + ts.cached_pages ==

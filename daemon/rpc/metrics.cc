@@ -422,6 +422,24 @@ class Metrics::StateCollector : public prometheus::Collectable {
             s.walked_blocks());
     counter("radixkv_hashed_blocks_total",
             "Token-prompt blocks the daemon hashed.", s.hashed_blocks());
+    gauge("radixkv_probation_pages",
+          "Unpinned cached pages on the eviction policy's probation stack "
+          "(evicted first).",
+          s.probation_pages());
+    gauge("radixkv_eviction_theta",
+          "turn_duel's insertion strength (0: as lru).", s.eviction_theta());
+    counter("radixkv_eviction_theta_changes_total",
+            "Times turn_duel changed its insertion strength.",
+            s.eviction_switches());
+    {
+      auto f = Family("radixkv_eviction_admissions_total",
+                      "Acquires by where the eviction policy put their new "
+                      "blocks: the recency list or the probation stack.",
+                      MetricType::Counter);
+      AddValue(&f, s.admitted_requests(), {{"list", "recency"}});
+      AddValue(&f, s.probation_requests(), {{"list", "probation"}});
+      out.push_back(std::move(f));
+    }
     gauge("radixkv_sessions", "Open sessions.", s.sessions());
     gauge("radixkv_leases", "Live leases.", s.leases());
     counter("radixkv_lease_expired_total", "Leases ended by --lease_ttl.",

@@ -3,8 +3,9 @@
 Four hot prompts of 8 blocks come back between scans of one-shot prompts
 that push them out of a 64-page pool under lru. With turn_duel the scans'
 blocks wait on the probation stack and the hot prompts hit; with lru they
-never do. A bad policy name is a configuration error (exit 2) naming the
-flag and every policy.
+never do; Stats reports the policy and where each Acquire's new blocks
+went. A bad policy name is a configuration error (exit 2) naming the flag
+and every policy.
 """
 import os
 import subprocess
@@ -64,6 +65,18 @@ def hot_hits(policy):
                         if lease.new_blocks:
                             lease.commit()
         assert_no_leaks(d, sessions=0)
+        s = d.stats()
+        assert s.eviction_policy == policy
+        requests = 60 * 12
+        if policy == "lru":
+            assert (s.probation_pages, s.eviction_theta, s.admitted_requests,
+                    s.probation_requests) == (0, 0, 0, 0), s
+        else:
+            # Where every Acquire's new blocks went, and the strength that
+            # keeps the scans on probation.
+            assert s.admitted_requests + s.probation_requests == requests, s
+            assert s.probation_requests > 0 and s.probation_pages > 0, s
+            assert s.eviction_theta > 0 and s.eviction_switches >= 1, s
         return hits
     finally:
         d.stop()
