@@ -47,7 +47,7 @@ cmake --preset check >/dev/null
 cmake --build --preset check
 sanitized_tests="radix/block_key_test radix/radix_tree_test radix/radix_lease_test
   radix/radix_model_test radix/scoped_lease_test radix/radix_stress_test
-  radix/radix_account_test radix/radix_refusal_test
+  radix/radix_account_test radix/radix_refusal_test radix/eviction_policy_test
   daemon/core/daemon_cache_test daemon/core/daemon_refusal_errors_test
   daemon/core/daemon_namespace_registry_test daemon/core/daemon_request_validation_test
   daemon/core/daemon_session_table_test daemon/events/daemon_event_log_test

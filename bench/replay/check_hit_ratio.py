@@ -11,7 +11,12 @@ with one client, in arrival order, and asserts that all three report the
 same matched block count (hence the same hit ratio). The daemon's own
 hit_tokens / lookup_tokens counters are checked too.
 
+With --eviction_policy=turn_duel the tree and the daemon run that policy
+and must agree with each other; the simulation (lru only) is reported
+beside them, not compared, and the hand-made scenarios are lru's.
+
   bench/replay/check_hit_ratio.py --build_dir=build-bench [--capacities=3000,0]
+  bench/replay/check_hit_ratio.py --build_dir=build-bench --eviction_policy=turn_duel
 
 Exit status: 0 all equal, 1 a mismatch or a failed run, 3 bad arguments.
 Without a radixkvd binary the daemon column is reported as skipped (and
@@ -156,7 +161,13 @@ def main(argv):
                    help="extra radixkvd flags, space-separated")
     p.add_argument("--skip_scenarios", action="store_true",
                    help="skip the small hand-made corner-case traces")
+    p.add_argument("--eviction_policy", choices=("lru", "turn_duel"),
+                   default="lru")
     args = p.parse_args(argv)
+    lru = args.eviction_policy == "lru"
+    if not lru:
+        args.skip_scenarios = True
+    args.daemon_flags += " --eviction_policy=" + args.eviction_policy
     try:
         capacities = [int(c) for c in args.capacities.split(",") if c]
     except ValueError:
@@ -189,7 +200,8 @@ def main(argv):
                       "--capacity=%d" % cap, "--json"])
         common = ["--trace=" + args.trace, "--page_size=%d" % args.page_size,
                   "--clients=1", "--json"]
-        r = run_json([replay, "--mode=inproc", "--capacity=%d" % cap] + common)
+        r = run_json([replay, "--mode=inproc", "--capacity=%d" % cap,
+                      "--eviction_policy=" + args.eviction_policy] + common)
         d = None
         if have_daemon:
             # Unbounded: a pool with room for every block the trace has.
@@ -209,7 +221,12 @@ def main(argv):
                "inproc_rps": r["requests_per_second"],
                "daemon_rps": d["requests_per_second"] if d else None,
                "inproc_invariants": r.get("invariants")}
-        equal = row["sim"] == row["inproc"] and (d is None or row["sim"] == row["daemon"])
+        # The simulation is lru's; another policy is checked tree against
+        # daemon only.
+        want = row["sim"] if lru else row["inproc"]
+        equal = row["inproc"] == want and (d is None or row["daemon"] == want)
+        if not lru and d is None:
+            equal = False  # nothing to compare the tree with
         if r.get("invariants") not in (None, "ok"):
             equal = False
         if d is not None:
@@ -223,10 +240,12 @@ def main(argv):
         row["equal"] = equal
         ok = ok and equal
         rows.append(row)
-        print("capacity %-9s blocks %d  matched: sim %d  inproc %d  daemon %s"
+        print("capacity %-9s blocks %d  matched: sim%s %d  inproc %d  daemon %s"
               "  hit ratio %.4f %%  %s"
-              % (label, row["blocks"], row["sim"], row["inproc"],
-                 row["daemon"] if d else "skipped", 100 * row["hit_ratio"],
+              % (label, row["blocks"], "" if lru else " (lru)", row["sim"],
+                 row["inproc"], row["daemon"] if d else "skipped",
+                 100 * (row["hit_ratio"] if lru else
+                        row["inproc"] / max(1, row["blocks"])),
                  "EQUAL" if equal else "MISMATCH"), flush=True)
     print(json.dumps(rows))
     return 0 if ok else 1
