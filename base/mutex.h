@@ -1,19 +1,25 @@
 // File: base/mutex.h
 //
-// SharedMutex: a reader/writer mutex with Abseil thread-safety annotations
-// that ThreadSanitizer can see.
+// SharedMutex: a reader/writer mutex, and Mutex: an exclusive one that can
+// wait for a condition, both with Abseil thread-safety annotations and
+// visible to ThreadSanitizer.
 //
 // Normal builds use absl::Mutex. Debian's Abseil is a shared library built
 // without TSan instrumentation, so under -fsanitize=thread TSan cannot see
 // absl::Mutex's synchronisation and reports every critical section as a
 // race. TSan builds therefore use std::shared_mutex (pthread_rwlock, which
 // TSan intercepts) behind the same annotated interface, so the tsan preset
-// checks the real locking discipline of the code.
+// checks the real locking discipline of the code; Mutex there is a
+// std::mutex with a std::condition_variable that every Unlock notifies.
 //
 //   mutable SharedMutex mu_;
 //   int x_ ABSL_GUARDED_BY(mu_);
 //   void Set(int v) { WriterMutexLock l(&mu_); x_ = v; }
 //   int Get() const { ReaderMutexLock l(&mu_); return x_; }
+//
+//   mutable Mutex m_;
+//   int n_ ABSL_GUARDED_BY(m_);
+//   void WaitForZero() { MutexLock l(&m_); m_.Await([&] { return n_ == 0; }); }
 //
 // Thread safety: that is its purpose. Not copyable or movable.
 #ifndef RADIXKV_BASE_MUTEX_H_
@@ -23,6 +29,8 @@
 #include "absl/base/thread_annotations.h"
 
 #if defined(ABSL_HAVE_THREAD_SANITIZER)
+#include <condition_variable>
+#include <mutex>
 #include <shared_mutex>
 #define RADIXKV_MUTEX_USES_STD 1
 #else
@@ -85,6 +93,59 @@ class ABSL_SCOPED_LOCKABLE ReaderMutexLock {
 
  private:
   SharedMutex* const mu_;
+};
+
+// An exclusive mutex whose holder can wait for a condition of the state it
+// guards (Await), as absl::Mutex::Await does.
+class ABSL_LOCKABLE Mutex {
+ public:
+  Mutex() = default;
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+
+#if RADIXKV_MUTEX_USES_STD
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+  void Unlock() ABSL_UNLOCK_FUNCTION() {
+    mu_.unlock();
+    cv_.notify_all();
+  }
+  // Returns once `ready()` holds, evaluating it with the mutex held; the
+  // mutex is released while waiting. REQUIRES: held.
+  template <typename Pred>
+  void Await(Pred ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
+    std::unique_lock<std::mutex> l(mu_, std::adopt_lock);
+    cv_.wait(l, ready);
+    l.release();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+#else
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.Lock(); }
+  void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.Unlock(); }
+  template <typename Pred>
+  void Await(Pred ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
+    mu_.Await(absl::Condition(&ready));
+  }
+
+ private:
+  absl::Mutex mu_;
+#endif
+};
+
+// Holds `mu` for its scope.
+class ABSL_SCOPED_LOCKABLE MutexLock {
+ public:
+  explicit MutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
+    mu_->Lock();
+  }
+  ~MutexLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+
+ private:
+  Mutex* const mu_;
 };
 
 }  // namespace radixkv

@@ -78,7 +78,7 @@ void TierChain::Demote(absl::Span<const EvictedPage> evicted,
   std::vector<TierPut> blocks;
   blocks.reserve(evicted.size());
   {
-    absl::MutexLock l(&flight_mu_);
+    MutexLock l(&flight_mu_);
     for (const EvictedPage& e : evicted) {
       blocks.push_back({.block = e.block, .ns = e.ns, .page = e.page});
       ++in_flight_[e.block.key];
@@ -86,7 +86,7 @@ void TierChain::Demote(absl::Span<const EvictedPage> evicted,
   }
   if (demote_hook_) demote_hook_();
   Below(*this, 0).Put(blocks, moves);
-  absl::MutexLock l(&flight_mu_);
+  MutexLock l(&flight_mu_);
   for (const EvictedPage& e : evicted) {
     auto it = in_flight_.find(e.block.key);
     if (--it->second == 0) in_flight_.erase(it);
@@ -130,15 +130,14 @@ size_t TierChain::CountPresent(
     std::array<size_t, kMediumCount>* by_medium) const {
   {
     // Blocks on their way down land in a tier (or are dropped) first.
-    auto landed = [&]() ABSL_SHARED_LOCKS_REQUIRED(flight_mu_) {
+    MutexLock l(&flight_mu_);
+    flight_mu_.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(flight_mu_) {
       if (in_flight_.empty()) return true;
       for (const BlockKey& k : keys) {
         if (in_flight_.contains(k)) return false;
       }
       return true;
-    };
-    absl::ReaderMutexLock l(&flight_mu_);
-    flight_mu_.Await(absl::Condition(&landed));
+    });
   }
   size_t n = 0;
   while (n < keys.size()) {

@@ -29,10 +29,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/mutex.h"
 #include "daemon/tiers/page_mover.h"
 #include "daemon/tiers/tier.h"
 #include "gpu/pool.h"
@@ -155,7 +155,7 @@ class TierChain {
   std::unique_ptr<PageMover> mover_;
   std::unique_ptr<TierLatency[]> latency_;
   // Keys of blocks Demote is moving (a count per key), for CountPresent.
-  mutable absl::Mutex flight_mu_;
+  mutable Mutex flight_mu_;
   absl::flat_hash_map<BlockKey, uint32_t> in_flight_ ABSL_GUARDED_BY(flight_mu_);
   std::function<void()> demote_hook_;
 };
