@@ -1,5 +1,5 @@
 // Unit tests of the header-only base library: status macros, leveled
-// logging, the annotated reader/writer mutex and byte counts for people.
+// logging, the annotated mutexes and byte counts for people.
 #include <atomic>
 #include <cstdio>
 #include <string>
@@ -50,6 +50,26 @@ TEST(HumanBytesTest, BinaryUnitsOneDecimalNoTrailingZero) {
   EXPECT_EQ(HumanBytes((uint64_t{123} << 30) / 10), "12.3 GiB");
   EXPECT_EQ(HumanBytes(uint64_t{1} << 62), "4 EiB");
   EXPECT_EQ(HumanBytes(~uint64_t{0}), "16 EiB");
+}
+
+TEST(MutexTest, AwaitReturnsOnceAnotherHolderMadeTheConditionTrue) {
+  Mutex mu;
+  int stage = 0;  // guarded by mu
+  std::thread other([&] {
+    MutexLock l(&mu);
+    mu.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stage == 1; });
+    stage = 2;
+  });
+  {
+    MutexLock l(&mu);
+    stage = 1;
+  }
+  {
+    MutexLock l(&mu);
+    mu.Await([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stage == 2; });
+    EXPECT_EQ(stage, 2);
+  }
+  other.join();
 }
 
 TEST(LogTest, ParsesLevelsAndNamesTheFlagOnError) {
