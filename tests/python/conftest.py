@@ -26,21 +26,14 @@ import rkv_testutil
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _binary(var):
-    path = os.environ.get(var, "")
-    if not path or not os.access(path, os.X_OK):
-        pytest.skip(f"${var} does not name an executable (run through ctest)")
-    return path
-
-
 @pytest.fixture(scope="session")
 def radixkvd():
-    return _binary("RADIXKVD")
+    return rkv_testutil.executable("RADIXKVD")
 
 
 @pytest.fixture(scope="session")
 def radixkvctl():
-    return _binary("RADIXKVCTL")
+    return rkv_testutil.executable("RADIXKVCTL")
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""Shared code of the radixkv Python tests: a radixkvd child process, a small
-namespace, and the leak check every daemon test ends with."""
+"""Shared code of the radixkv Python tests: the binaries under test, a
+radixkvd child process, a small namespace, and the leak check every daemon
+test ends with."""
 import itertools
 import os
 import signal
@@ -7,11 +8,21 @@ import subprocess
 import time
 
 import grpc
+import pytest
 
 import radixkv
 from radixkv import pb, pb_grpc
 
 _serial = itertools.count()
+
+
+def executable(var):
+    """The binary the environment variable `var` names (ctest sets it);
+    skips the test, saying so, when it names no executable."""
+    path = os.environ.get(var, "")
+    if not path or not os.access(path, os.X_OK):
+        pytest.skip(f"${var} does not name an executable (run through ctest)")
+    return path
 
 
 class Daemon:

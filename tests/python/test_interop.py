@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from rkv_testutil import assert_no_leaks
+from rkv_testutil import assert_no_leaks, executable
 
 torch = pytest.importorskip("torch")  # and NumPy: the examples need both
 
@@ -46,10 +46,7 @@ TIMEOUT = 120  # seconds per subprocess; generous for a loaded 2-core machine
 
 @pytest.fixture(scope="module")
 def worker_bin():
-    path = os.environ.get("RADIXKV_WORKER", "")
-    if not path or not os.access(path, os.X_OK):
-        pytest.skip("$RADIXKV_WORKER does not name an executable (run through ctest)")
-    return path
+    return executable("RADIXKV_WORKER")
 
 
 @pytest.fixture(scope="module")

@@ -11,24 +11,16 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-from rkv_testutil import SMALL, Daemon, assert_no_leaks  # noqa: E402
+from rkv_testutil import SMALL, Daemon, assert_no_leaks, executable  # noqa: E402
 import radixkv  # noqa: E402
 
 PAGES = 64
 
 
-def binary():
-    path = os.environ.get("RADIXKVD", "")
-    if not path or not os.access(path, os.X_OK):
-        pytest.skip("$RADIXKVD does not name an executable (run through ctest)")
-    return path
-
-
 def test_an_unknown_policy_is_a_configuration_error():
-    r = subprocess.run([binary(), "--eviction_policy=fifo", "--metrics_listen=",
+    r = subprocess.run([executable("RADIXKVD"), "--eviction_policy=fifo",
+                        "--metrics_listen=",
                         "--socket=/tmp/rkv-eviction-policy-unused.sock"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, (r.returncode, r.stderr)
@@ -38,7 +30,7 @@ def test_an_unknown_policy_is_a_configuration_error():
 
 def hot_hits(policy):
     pool = f"host,bytes={PAGES * SMALL.page_bytes},page_bytes={SMALL.page_bytes}"
-    d = Daemon(binary(), [f"--eviction_policy={policy}"], pool).start()
+    d = Daemon(executable("RADIXKVD"), [f"--eviction_policy={policy}"], pool).start()
     try:
         ps = SMALL.page_size
         serial = [1]

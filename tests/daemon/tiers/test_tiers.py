@@ -19,20 +19,13 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-from rkv_testutil import Daemon  # noqa: E402
+from rkv_testutil import Daemon, executable  # noqa: E402
 from radixkv import pb, pb_grpc  # noqa: E402
 
 PAGE_BYTES = 8192   # one page of the reference worker's tiny model (its namespace)
 POOL = f"host,bytes={16 * PAGE_BYTES},page_bytes={PAGE_BYTES}"
 PROMPTS = 4
 PROMPT_TOKENS = 128  # 8 blocks of 16
-
-
-def binary(var):
-    path = os.environ.get(var, "")
-    if not path or not os.access(path, os.X_OK):
-        pytest.skip(f"${var} does not name an executable (run through ctest)")
-    return path
 
 
 @pytest.fixture
@@ -53,7 +46,7 @@ def tier_dir(tmp_path):
 
 def start(tier_dir, *extra, tier_bytes="4MiB", spec=None):
     spec = spec or f"disk,path={tier_dir},bytes={tier_bytes}"
-    d = Daemon(binary("RADIXKVD"), [f"--tier={spec}", *extra], POOL)
+    d = Daemon(executable("RADIXKVD"), [f"--tier={spec}", *extra], POOL)
     d.start()
     return d
 
@@ -73,7 +66,7 @@ def tiers_by_kind(stats):
 
 
 def run_worker(prompts, endpoint=None):
-    args = [binary("RADIXKV_WORKER"), "run", "--prompts", prompts, "--json",
+    args = [executable("RADIXKV_WORKER"), "run", "--prompts", prompts, "--json",
             "--decode", "4", "--device", "cpu"]
     args += ["--endpoint", endpoint] if endpoint else ["--no-cache"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -231,7 +224,7 @@ def test_sigkill_during_demotion_serves_no_wrong_bytes(prompts, tier_dir,
     for _ in range(3):
         d = start(tier_dir)
         worker = subprocess.Popen(
-            [binary("RADIXKV_WORKER"), "run", "--prompts", prompts, "--json",
+            [executable("RADIXKV_WORKER"), "run", "--prompts", prompts, "--json",
              "--decode", "1", "--device", "cpu", "--endpoint", "unix:" + d.sock],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.15)
@@ -405,7 +398,7 @@ def cached_reference(tmp_path, tokens, cached):
     whole = tmp_path / "whole.txt"
     first.write_text(" ".join(map(str, tokens[:cached])) + "\n")
     whole.write_text(" ".join(map(str, tokens)) + "\n")
-    d = Daemon(binary("RADIXKVD"), [], POOL)
+    d = Daemon(executable("RADIXKVD"), [], POOL)
     d.start()
     try:
         run_worker(str(first), "unix:" + d.sock)
@@ -474,7 +467,7 @@ def test_bad_tier_flags_are_clear_startup_errors(tmp_path, tier, pool, want):
     f = tmp_path / "a-file"
     f.write_text("x")
     spec = tier.format(file=f, dir=tmp_path)
-    r = subprocess.run([binary("RADIXKVD"), f"--socket={tmp_path}/s.sock",
+    r = subprocess.run([executable("RADIXKVD"), f"--socket={tmp_path}/s.sock",
                         "--metrics_listen=", f"--pool={pool}", f"--tier={spec}"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode in (1, 2), (r.returncode, r.stderr)
@@ -488,7 +481,7 @@ def test_a_disk_tier_larger_than_the_free_space_is_a_configuration_error(
     st = os.statvfs(tmp_path)
     free = st.f_bavail * st.f_frsize
     ask_gib = free // (1 << 30) + 64
-    r = subprocess.run([binary("RADIXKVD"), f"--socket={tmp_path}/s.sock",
+    r = subprocess.run([executable("RADIXKVD"), f"--socket={tmp_path}/s.sock",
                         "--metrics_listen=", f"--pool={POOL}",
                         f"--tier=disk,path={tmp_path},bytes={ask_gib}GiB"],
                        capture_output=True, text=True, timeout=30)
@@ -505,7 +498,7 @@ def test_a_host_tier_beyond_the_machines_memory_is_a_configuration_error(
         tmp_path):
     phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     ask_gib = phys // (1 << 30) + 64
-    r = subprocess.run([binary("RADIXKVD"), f"--socket={tmp_path}/s.sock",
+    r = subprocess.run([executable("RADIXKVD"), f"--socket={tmp_path}/s.sock",
                         "--metrics_listen=", f"--pool={POOL}",
                         f"--tier=host,bytes={ask_gib}GiB"],
                        capture_output=True, text=True, timeout=30)

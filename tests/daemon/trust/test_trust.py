@@ -26,7 +26,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
-from rkv_testutil import Daemon  # noqa: E402
+from rkv_testutil import Daemon, executable  # noqa: E402
 from radixkv import pb, pb_grpc  # noqa: E402
 
 NOBODY = 65534
@@ -34,10 +34,7 @@ PAGE_TOKENS = 4
 
 
 def radixkvd():
-    path = os.environ.get("RADIXKVD", "")
-    if not path or not os.access(path, os.X_OK):
-        pytest.skip("$RADIXKVD does not name an executable (run through ctest)")
-    return path
+    return executable("RADIXKVD")
 
 
 def need_root():
