@@ -117,15 +117,16 @@ def run_as(uid, script, *args, timeout=30):
                 return e.code().name
     """)
 
-    def drop():
-        if uid != os.geteuid():
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-
+    # Another uid through subprocess's own user/group arguments, never a
+    # preexec_fn: Python code run between fork and exec restarts this
+    # process's gRPC poller thread in the child, which can abort it
+    # before exec.
+    drop = {}
+    if uid != os.geteuid():
+        drop = {"user": uid, "group": uid, "extra_groups": []}
     out = subprocess.run([sys.executable, "-c", prologue + textwrap.dedent(script),
                           *args], capture_output=True, text=True,
-                         timeout=timeout, preexec_fn=drop, env=dict(os.environ))
+                         timeout=timeout, env=dict(os.environ), **drop)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
