@@ -431,8 +431,9 @@ absl::Status RadixTree::SetAccountLimits(uint32_t account,
 AccountStats RadixTree::GetAccountStats(uint32_t account) const {
   ReaderMutexLock lock(&impl_->mu);
   const radix_internal::Account& a = impl_->accounts[account];
-  return AccountStats{a.cached, a.writing, a.held,
-                      a.namespaces, a.evicted, a.limited};
+  return AccountStats{a.cached,     a.writing, a.held,
+                      a.namespaces, a.evicted, a.limited,
+                      a.pins,       a.pin_pages};
 }
 
 

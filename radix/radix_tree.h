@@ -183,6 +183,10 @@ struct AccountLimits {
   uint64_t max_pinned_pages = 0;
   // The account's share of the pool relative to the others' (>= 1).
   uint32_t weight = 1;
+  // Most pages the account's prefix pins (RadixTree::PinPrefix) may hold
+  // together (0: no limit of its own). Pins never exceed the account's
+  // weighted share of the pool either, whatever this says.
+  uint64_t max_pin_pages = 0;
 };
 
 // An account's pages now and its counters since the tree was created.
@@ -193,6 +197,8 @@ struct AccountStats {
   uint64_t namespaces = 0;
   uint64_t evicted_pages = 0;   // its cached pages evicted
   uint64_t limited_acquires = 0;  // Acquires cut short by its limits
+  uint64_t pins = 0;            // its prefix pins
+  uint64_t pin_pages = 0;       // pages they hold (a page per pin that holds it)
 };
 
 // Who holds a lease: an opaque id the caller chooses (radixkvd: one per
@@ -200,6 +206,23 @@ struct AccountStats {
 // are ended the same way, with kNoOwner.
 using OwnerId = uint64_t;
 inline constexpr OwnerId kNoOwner = 0;
+// The owner of prefix pins (PinPrefix); reserved: no caller may name it in
+// Acquire, and an owner's calls never find a pin.
+inline constexpr OwnerId kPinOwner = ~OwnerId{0};
+
+// A prefix pin (PinPrefix): the cached leading blocks of a prompt, held in
+// the pool with no owner and no expiry until Unpin. Its id is a lease id.
+using PinId = LeaseId;
+
+struct PinInfo {
+  PinId id = 0;
+  NamespaceId ns = 0;
+  uint32_t account = 0;
+  uint32_t total_blocks = 0;   // full blocks of the prompt pinned
+  uint32_t pinned_blocks = 0;  // its leading blocks the pin holds
+  BlockKey last_key;           // the last pinned block's key
+  absl::Time created;
+};
 
 struct AcquireRequest {
   NamespaceId ns = 0;
@@ -382,6 +405,10 @@ struct TreeStats {
   uint64_t eviction_switches = 0;
   uint64_t admitted_requests = 0;
   uint64_t probation_requests = 0;
+  // Prefix pins (PinPrefix) and the pages they hold (a page held by two
+  // pins counts twice); those pages are also in pinned_pages.
+  uint64_t pins = 0;
+  uint64_t pin_pages = 0;
 };
 
 class RadixTree {
@@ -448,6 +475,33 @@ class RadixTree {
   // (kOwnerPageLimit) or the account's max_pinned_pages (kAccountPinLimit).
   // Every NOT_FOUND and RESOURCE_EXHAUSTED carries its Refusal (refusal.h).
   absl::StatusOr<AcquireResult> Acquire(const AcquireRequest& req);
+
+  // --- Prefix pins ---------------------------------------------------------
+  // Pins the longest cached prefix of the prompt (token or key mode, as for
+  // Match) until Unpin: its blocks are never evicted meanwhile. A pin is a
+  // lease of kPinOwner without expiry; its pages count against the
+  // namespace's account as pin_pages (AccountStats), not against the
+  // account's max_pinned_pages. Errors (nothing changed): INVALID_ARGUMENT
+  // as for Match; FAILED_PRECONDITION when not even the first block is
+  // cached (Refusal::kPinNothingCached, `limit` the prompt's blocks);
+  // RESOURCE_EXHAUSTED when the account's pins would hold more than its
+  // max_pin_pages (kPinQuota) or its weighted share of the pool
+  // (kPinFairShare: capacity * weight / the sum of all accounts' weights),
+  // with `held` the pages they would hold.
+  absl::StatusOr<PinInfo> PinPrefix(NamespaceId ns,
+                                    absl::Span<const BlockKey> keys,
+                                    absl::Span<const uint32_t> tokens);
+  // Ends pin `id`: its blocks become evictable unless something else pins
+  // them. NOT_FOUND (Refusal::kPinUnknown) for an id that names no pin.
+  absl::Status Unpin(PinId id);
+  // The pin `id`; false when there is none.
+  bool GetPin(PinId id, PinInfo* out) const;
+  // Every pin, oldest first.
+  std::vector<PinInfo> ListPins() const;
+  // The most pages account `a`'s pins may hold together: the smaller of
+  // its max_pin_pages (when set) and its weighted share of the pool.
+  // REQUIRES: a < RadixTreeOptions::accounts.
+  uint64_t PinLimit(uint32_t account) const;
 
   // Ends the hold an Acquire with hold_new_pages put on `lease`'s new
   // pages: those its end left WRITING are freed now. No-op for a lease

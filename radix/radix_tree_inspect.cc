@@ -180,6 +180,10 @@ TreeStats RadixTree::GetStats() const {
   s.fenced_leases = m.fenced_leases;
   s.fenced_pages = m.fenced_pages;
   s.probation_pages = m.probation_count;
+  for (const radix_internal::Account& a : m.accounts) {
+    s.pins += a.pins;
+    s.pin_pages += a.pin_pages;
+  }
   if (m.turn_duel != nullptr) {
     s.eviction_policy = EvictionPolicy::kTurnDuel;
     s.eviction_theta = static_cast<uint32_t>(m.turn_duel->theta());
@@ -433,6 +437,8 @@ absl::Status RadixTree::Impl::CheckLeases(uint64_t n_writing) const {
   uint64_t n_fenced = 0, n_fenced_pages = 0;
   std::vector<uint64_t> account_held(accounts.size(), 0);
   std::vector<uint64_t> account_writing(accounts.size(), 0);
+  std::vector<uint64_t> account_pins(accounts.size(), 0);
+  std::vector<uint64_t> account_pin_pages(accounts.size(), 0);
   std::vector<uint32_t> ns_leases(namespaces.size(), 0);
   for (const auto& [id, lease] : leases) {
     if (!LiveNamespace(lease.ns)) {
@@ -440,7 +446,20 @@ absl::Status RadixTree::Impl::CheckLeases(uint64_t n_writing) const {
     }
     ++ns_leases[lease.ns];
     const uint32_t account = namespaces[lease.ns].account;
-    account_held[account] += lease.held;
+    if (lease.prefix_pin) {
+      if (lease.owner != kPinOwner || !lease.writing.empty() ||
+          lease.expires != absl::InfiniteFuture() || lease.fenced) {
+        return fail("pin ", id, " is not an unexpiring lease of kPinOwner "
+                    "without WRITING pages");
+      }
+      ++account_pins[account];
+      account_pin_pages[account] += lease.held;
+    } else {
+      if (lease.owner == kPinOwner) {
+        return fail("lease ", id, " of kPinOwner is not a pin");
+      }
+      account_held[account] += lease.held;
+    }
     if (lease.owner != kNoOwner) {
       ++per_owner[lease.owner].leases;
       per_owner[lease.owner].pages += lease.held;
@@ -523,6 +542,12 @@ absl::Status RadixTree::Impl::CheckLeases(uint64_t n_writing) const {
       return fail("account ", a, " counts ", accounts[a].held, " held and ",
                   accounts[a].writing, " writing pages, its leases ",
                   account_held[a], " and ", account_writing[a]);
+    }
+    if (accounts[a].pins != account_pins[a] ||
+        accounts[a].pin_pages != account_pin_pages[a]) {
+      return fail("account ", a, " counts ", accounts[a].pins, " pins of ",
+                  accounts[a].pin_pages, " pages, the lease table ",
+                  account_pins[a], " of ", account_pin_pages[a]);
     }
   }
   for (PageId p = 0; p < capacity; ++p) {

@@ -241,6 +241,9 @@ struct Lease {
   bool chain_keyed = false;     // keys computed by the tree from the tokens
   bool broken = false;          // a commit collided; later blocks are orphans
   bool fenced = false;          // expired / owner gone; pages held (fence)
+  // A prefix pin (PinPrefix): owner kPinOwner, no expiry, no WRITING
+  // pages; its pages count as its account's pin_pages, not as held.
+  bool prefix_pin = false;
   // Its new blocks join the recency list (true) or the probation stack
   // (the eviction policy's choice at Acquire).
   bool admit = true;
@@ -249,6 +252,9 @@ struct Lease {
   std::vector<PageId> path;     // pinned nodes, root first
   std::vector<PageId> writing;  // allocated pages in block order
   std::vector<BlockKey> keys;   // keys of those blocks
+  // Prefix pins: when PinPrefix made it, and the prompt's full blocks.
+  absl::Time created;
+  uint32_t pin_blocks = 0;
 };
 
 struct Namespace {
@@ -272,6 +278,8 @@ struct Account {
   uint64_t namespaces = 0;
   uint64_t evicted = 0;
   uint64_t limited = 0;
+  uint64_t pins = 0;       // its prefix pins
+  uint64_t pin_pages = 0;  // pages they hold (Lease::held of each)
 };
 
 // A token-mode prompt's keys, found before the tree's exclusive lock is
@@ -560,6 +568,12 @@ struct RadixTree::Impl {
     return n.parent == kNoPage ? namespaces[n.ns].root : nodes[n.parent].key;
   }
   void EndLease(Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // PinLimit(account) under the caller's lock.
+  uint64_t PinLimitLocked(uint32_t account) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // The PinInfo of the pin `id` (a prefix_pin lease).
+  PinInfo PinInfoOf(LeaseId id, const Lease& lease) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
   using LeaseMap = absl::flat_hash_map<LeaseId, Lease>;
   // The ids of `owner`'s leases (none for kNoOwner): all, or only the
   // unfenced or fenced ones.

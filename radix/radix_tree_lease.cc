@@ -61,8 +61,15 @@ void RadixTree::Impl::EraseLease(LeaseMap::iterator it) {
     if (--o->second.leases == 0) owner_leases.erase(o);
   }
   radix_internal::Account& account = AccountOf(lease.ns);
-  assert(account.held >= lease.held && namespaces[lease.ns].leases > 0);
-  account.held -= lease.held;
+  assert(namespaces[lease.ns].leases > 0);
+  if (lease.prefix_pin) {
+    assert(account.pins > 0 && account.pin_pages >= lease.held);
+    --account.pins;
+    account.pin_pages -= lease.held;
+  } else {
+    assert(account.held >= lease.held);
+    account.held -= lease.held;
+  }
   --namespaces[lease.ns].leases;
   if (lease.fenced) {
     assert(fenced_leases > 0 && fenced_pages >= lease.held);
@@ -87,7 +94,8 @@ void RadixTree::Impl::FenceOrEraseLease(LeaseMap::iterator it) {
 absl::StatusOr<RadixTree::Impl::LeaseMap::iterator> RadixTree::Impl::FindLease(
     LeaseId id, OwnerId owner, absl::Time now) {
   auto it = leases.find(id);
-  if (it == leases.end() || it->second.owner != owner) {
+  if (it == leases.end() || it->second.owner != owner ||
+      it->second.prefix_pin) {
     return Refuse(absl::StatusCode::kNotFound,
                   {.reason = Refusal::kLeaseUnknown, .lease = id},
                   absl::StrCat("unknown lease ", id,
@@ -222,6 +230,10 @@ absl::StatusOr<AcquireResult> RadixTree::TEST_AcquireWalked(
 
 absl::StatusOr<AcquireResult> RadixTree::Impl::AcquireResolved(
     const AcquireRequest& req, const ResolvedPrompt& prompt) {
+  if (req.owner == kPinOwner) {
+    return absl::InvalidArgumentError(
+        "Acquire: owner kPinOwner is reserved for prefix pins");
+  }
   const absl::Time now = absl::Now();
   WriterMutexLock lock(&mu);
   RETURN_IF_ERROR(ValidateRequest("Acquire", req.ns, prompt.keys, prompt.tokens));
@@ -568,7 +580,9 @@ uint64_t RadixTree::ReleaseExpired(absl::Time now) {
     // Most sweeps find nothing: look under the shared lock first.
     ReaderMutexLock lock(&m.mu);
     for (const auto& [id, lease] : m.leases) {
-      if (lease.expires <= now && !lease.fenced) ids.push_back(id);
+      if (lease.expires <= now && !lease.fenced && !lease.prefix_pin) {
+        ids.push_back(id);
+      }
     }
   }
   if (ids.empty()) return 0;
@@ -578,7 +592,7 @@ uint64_t RadixTree::ReleaseExpired(absl::Time now) {
     auto it = m.leases.find(id);
     // Ended meanwhile by its owner: nothing to do.
     if (it == m.leases.end() || it->second.expires > now ||
-        it->second.fenced) {
+        it->second.fenced || it->second.prefix_pin) {
       continue;
     }
     m.FenceOrEraseLease(it);

@@ -45,6 +45,14 @@ const char* RefusalName(Refusal r) {
       return "account_pin_limit";
     case Refusal::kCommitBeyondLease:
       return "commit_beyond_lease";
+    case Refusal::kPinNothingCached:
+      return "pin_nothing_cached";
+    case Refusal::kPinQuota:
+      return "pin_quota";
+    case Refusal::kPinFairShare:
+      return "pin_fair_share";
+    case Refusal::kPinUnknown:
+      return "pin_unknown";
   }
   return "unknown";
 }

@@ -46,10 +46,21 @@ enum class Refusal : uint8_t {
   // FAILED_PRECONDITION: Commit of `held` blocks where the lease has only
   // `limit` uncommitted new pages.
   kCommitBeyondLease = 8,
+  // FAILED_PRECONDITION: PinPrefix found none of the prompt's `limit`
+  // blocks cached.
+  kPinNothingCached = 9,
+  // RESOURCE_EXHAUSTED: the account's pins would hold `held` pages;
+  // `limit` is AccountLimits::max_pin_pages.
+  kPinQuota = 10,
+  // RESOURCE_EXHAUSTED: the account's pins would hold `held` pages;
+  // `limit` is its weighted share of the pool.
+  kPinFairShare = 11,
+  // NOT_FOUND: `lease` names no pin.
+  kPinUnknown = 12,
 };
 
 // The largest Refusal value; every value from kNone to it is named.
-inline constexpr Refusal kLastRefusal = Refusal::kCommitBeyondLease;
+inline constexpr Refusal kLastRefusal = Refusal::kPinUnknown;
 
 // "owner_lease_limit" etc.; "none" for kNone, "unknown" outside the enum.
 const char* RefusalName(Refusal r);

@@ -77,6 +77,36 @@ constexpr RefusalRule kRules[] = {
        return absl::StrCat(field, ": blocks=", d.held, " exceeds the lease's ",
                            d.limit, " uncommitted new pages");
      }},
+    {Refusal::kPinNothingCached, "tokens", v1::ERROR_REASON_INVALID,
+     [](absl::string_view field, const RefusalDetail& d,
+        const RefusalContext&) {
+       return absl::StrCat(field, ": none of the prompt's ", d.limit,
+                           " full blocks is cached, so there is nothing to "
+                           "pin; pin it once a worker has committed it");
+     }},
+    {Refusal::kPinQuota, "pins", v1::ERROR_REASON_LIMIT,
+     [](absl::string_view field, const RefusalDetail& d,
+        const RefusalContext& c) {
+       return absl::StrCat(field, ": tenant ", c.tenant,
+                           ": its pins would hold ", d.held,
+                           " pages, its limit is ", d.limit,
+                           " (max_pin_pages, --tenants); unpin some");
+     }},
+    {Refusal::kPinFairShare, "pins", v1::ERROR_REASON_LIMIT,
+     [](absl::string_view field, const RefusalDetail& d,
+        const RefusalContext& c) {
+       return absl::StrCat(field, ": tenant ", c.tenant,
+                           ": its pins would hold ", d.held,
+                           " pages, its weighted share of the pool is ",
+                           d.limit, " (capacity * weight / the sum of the "
+                           "weights, --tenants); unpin some");
+     }},
+    {Refusal::kPinUnknown, "pin_id", v1::ERROR_REASON_INVALID,
+     [](absl::string_view field, const RefusalDetail& d,
+        const RefusalContext&) {
+       return absl::StrCat(field, ": no pin ", d.lease,
+                           " of this tenant (unpinned, or never made)");
+     }},
 };
 
 static_assert(std::size(kRules) == static_cast<size_t>(kLastRefusal),
