@@ -27,6 +27,7 @@
 
 #include "absl/base/config.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
 
 #if defined(ABSL_HAVE_THREAD_SANITIZER)
 #include <condition_variable>
@@ -117,6 +118,15 @@ class ABSL_LOCKABLE Mutex {
     cv_.wait(l, ready);
     l.release();
   }
+  // Await until `deadline` at the latest; whether `ready()` holds.
+  template <typename Pred>
+  bool AwaitWithDeadline(Pred ready, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
+    std::unique_lock<std::mutex> l(mu_, std::adopt_lock);
+    const bool ok = cv_.wait_until(l, absl::ToChronoTime(deadline), ready);
+    l.release();
+    return ok;
+  }
 
  private:
   std::mutex mu_;
@@ -127,6 +137,11 @@ class ABSL_LOCKABLE Mutex {
   template <typename Pred>
   void Await(Pred ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     mu_.Await(absl::Condition(&ready));
+  }
+  template <typename Pred>
+  bool AwaitWithDeadline(Pred ready, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
+    return mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
   }
 
  private:

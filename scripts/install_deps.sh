@@ -29,7 +29,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
   # libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libxxhash-dev prometheus-cpp-dev grpc-proto
+  libabsl-dev libxxhash-dev prometheus-cpp-dev grpc-proto libhiredis-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   libsystemd-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libfuzzer-14-dev liburing-dev
   # tests and tools: promtool, python3 (for the venv), fish (radixkvctl's

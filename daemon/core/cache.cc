@@ -370,7 +370,7 @@ absl::Status Cache::Match(const v1::MatchRequest& req, v1::MatchResponse* resp,
       computed = ComputeBlockKeys(root, spec.page_size, p.tokens);
       keys = computed;
     }
-    const TierCoordinator::TierMatch m = tiers_->AfterMatch(keys, r.matched_blocks);
+    const TierCoordinator::TierMatch m = tiers_->AfterMatch(root, keys, r.matched_blocks);
     resp->set_tier_matched_blocks(m.blocks);
     for (const auto& [kind, blocks] : m.per_tier) {
       v1::TierBlockCount* c = resp->add_tier_matched();

@@ -118,6 +118,9 @@ void FillTierStats(const TierCoordinator& tiers, v1::Stats* s) {
     out->set_forgotten_blocks(d.evictions);
     out->set_superseded_blocks(d.superseded);
     out->set_pinned(d.pinned);
+    out->set_unavailable(d.unavailable);
+    out->set_breaker_trips(d.breaker_trips);
+    out->set_write_errors(d.write_errors);
     for (double b : TierLatency::kBounds) out->add_promotion_seconds_bounds(b);
     for (uint64_t c : r.promotion_latency->counts()) {
       out->add_promotion_seconds_counts(c);

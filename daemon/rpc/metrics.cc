@@ -288,6 +288,14 @@ void AddTierFamilies(
                         "failed page copies, and copies superseded when the "
                         "pool cached the block again.",
                         MetricType::Counter);
+  auto available = Family("radixkv_tier_available",
+                          "A shared tier's store: 1 when lookups reach it, 0 "
+                          "while its circuit breaker is open.",
+                          MetricType::Gauge);
+  auto trips = Family("radixkv_tier_breaker_trips_total",
+                      "Times a shared tier's circuit breaker opened after "
+                      "consecutive failed store calls.",
+                      MetricType::Counter);
   auto latency = Family("radixkv_tier_promotion_seconds",
                         "Time an Acquire spent copying one run of blocks up "
                         "from a tier.",
@@ -307,6 +315,11 @@ void AddTierFamilies(
     AddValue(&dropped, t.copy_errors(), {{"tier", kind}, {"reason", "copy_error"}});
     AddValue(&dropped, t.read_errors(), {{"tier", kind}, {"reason", "read_error"}});
     AddValue(&dropped, t.superseded_blocks(), {{"tier", kind}, {"reason", "superseded"}});
+    if (kind == "remote") {
+      AddValue(&dropped, t.write_errors(), {{"tier", kind}, {"reason", "store_error"}});
+      AddValue(&available, t.unavailable() ? 0 : 1, {{"tier", kind}});
+      AddValue(&trips, t.breaker_trips(), {{"tier", kind}});
+    }
     prometheus::ClientMetric m;
     m.label = {{"tier", kind}};
     uint64_t cumulative = 0;
@@ -328,6 +341,10 @@ void AddTierFamilies(
   out->push_back(std::move(bytes));
   out->push_back(std::move(dropped));
   out->push_back(std::move(latency));
+  if (!available.metric.empty()) {
+    out->push_back(std::move(available));
+    out->push_back(std::move(trips));
+  }
 }
 
 }  // namespace

@@ -1,15 +1,49 @@
 #include "daemon/tiers/open_tiers.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "daemon/tiers/disk_tier.h"
 #include "daemon/tiers/host_tier.h"
+#include "daemon/tiers/remote_tier.h"
 #include "base/status_macros.h"
 
 namespace radixkv::daemon {
+namespace {
+
+// The first line of `path`, without its line end. The file holds a
+// secret: one readable by other users is refused.
+absl::StatusOr<std::string> ReadPasswordFile(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=remote: password_file=", path, ": ", strerror(errno)));
+  }
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=remote: password_file=", path, " is open to other users (mode ",
+        absl::StrFormat("%04o", st.st_mode & 07777), "); chmod 600 it"));
+  }
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line) || line.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tier=remote: password_file=", path,
+        " has no password on its first line"));
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return line;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Tier>> OpenTier(const TierSpec& t,
                                                const gpu::PoolSpec& pool) {
@@ -37,6 +71,24 @@ absl::StatusOr<std::unique_ptr<Tier>> OpenTier(const TierSpec& t,
                        " blocks of ", pool.page_bytes, " bytes, ",
                        disk->stats().reloaded, " reloaded"));
       return disk;
+    }
+    case TierKind::kRemote: {
+      RemoteTierOptions o{.seeds = t.addrs,
+                          .auth = {.user = t.user},
+                          .prefix = t.prefix,
+                          .page_bytes = pool.page_bytes,
+                          .timeout = t.timeout,
+                          .ttl = t.ttl,
+                          .queue_bytes = t.queue_bytes,
+                          .writers = t.writers,
+                          .breaker_failures = t.breaker_failures,
+                          .breaker_cooldown = t.breaker_cooldown};
+      if (!t.password_file.empty()) {
+        ASSIGN_OR_RETURN(o.auth.password, ReadPasswordFile(t.password_file));
+      }
+      ASSIGN_OR_RETURN(std::unique_ptr<RemoteTier> remote,
+                       RemoteTier::Open(std::move(o)));
+      return remote;
     }
   }
   return absl::InvalidArgumentError("--tier: unknown tier kind");

@@ -34,7 +34,7 @@ namespace radixkv::daemon {
 
 class PageMover;
 
-enum class TierKind : uint8_t { kHost, kDisk };
+enum class TierKind : uint8_t { kHost, kDisk, kRemote };
 
 // One row per tier kind; the only place their names are spelled.
 struct TierKindInfo {
@@ -49,6 +49,7 @@ struct TierKindInfo {
 inline constexpr TierKindInfo kTierKinds[] = {
     {TierKind::kHost, "host", 1, "CPU", "CPU_TIER"},
     {TierKind::kDisk, "disk", 2, "DISK", "DISK"},
+    {TierKind::kRemote, "remote", 3, "REMOTE", "REMOTE"},
 };
 // Media are 0 (the pool) .. kMediumCount - 1.
 inline constexpr size_t kMediumCount = 1 + std::size(kTierKinds);
@@ -70,6 +71,7 @@ bool ParseTierKind(absl::string_view name, TierKind* out);
 
 inline constexpr uint8_t kMediumHostTier = TierMedium(TierKind::kHost);
 inline constexpr uint8_t kMediumDiskTier = TierMedium(TierKind::kDisk);
+inline constexpr uint8_t kMediumRemoteTier = TierMedium(TierKind::kRemote);
 
 // Tiers keep slot numbers in 32 bits; kNoTierSlot is never a slot.
 inline constexpr uint32_t kNoTierSlot = 0xffffffffu;
@@ -105,6 +107,8 @@ struct TierStats {
   uint64_t write_errors = 0;
   uint64_t read_errors = 0;
   uint64_t superseded = 0;         // blocks Forget dropped
+  uint64_t breaker_trips = 0;      // remote: times its circuit opened
+  bool unavailable = false;        // remote: its circuit is open now
   bool pinned = false;             // host memory page-locked for the device
   bool direct_io = false;          // data I/O uses O_DIRECT
 };
@@ -173,6 +177,22 @@ class Tier {
   virtual size_t Take(absl::Span<const BlockKey> keys,
                       absl::Span<const uint64_t> pages, PageMover& mover,
                       std::vector<TierMove>* moves) = 0;
+
+  // The same, scoped to the namespace `root`: a block held under one of
+  // `keys` that belongs to another namespace (a key a caller sent in key
+  // mode) is absent. The chain calls these when it knows the namespace.
+  // By default CountPresent and Take, cut at the first block whose stored
+  // root differs; a tier that keys its store by namespace overrides them.
+  virtual size_t CountPresentIn(const BlockKey& root,
+                                absl::Span<const BlockKey> keys) const;
+  virtual size_t TakeIn(const BlockKey& root, absl::Span<const BlockKey> keys,
+                        absl::Span<const uint64_t> pages, PageMover& mover,
+                        std::vector<TierMove>* moves);
+
+  // A tier that several daemons share (remote): Take copies and leaves the
+  // block in place, Forget keeps it (its bytes are the same wherever the
+  // key is cached), and its moves are not this daemon's to publish.
+  virtual bool shared() const { return false; }
 
   // forget: drops its copies of `keys` (blocks the pool caches again),
   // appending their blocks to *dropped. Returns how many were dropped.

@@ -95,14 +95,17 @@ void TierChain::Demote(absl::Span<const EvictedPage> evicted,
 
 size_t TierChain::Promote(absl::Span<const BlockKey> keys,
                           absl::Span<const uint64_t> pages,
-                          std::vector<TierMove>* moves) {
+                          std::vector<TierMove>* moves, const BlockKey* root) {
   size_t done = 0;
   while (done < keys.size()) {
     size_t n = 0;
     for (size_t i = 0; i < tiers_.size() && n == 0; ++i) {
       const absl::Time start = absl::Now();
-      n = tiers_[i]->Take(keys.subspan(done), pages.subspan(done), *mover_,
-                          moves);
+      n = root == nullptr
+              ? tiers_[i]->Take(keys.subspan(done), pages.subspan(done),
+                                *mover_, moves)
+              : tiers_[i]->TakeIn(*root, keys.subspan(done),
+                                  pages.subspan(done), *mover_, moves);
       if (n != 0) latency_[i].Add(absl::Now() - start);
     }
     if (n == 0) break;
@@ -125,9 +128,9 @@ size_t TierChain::Forget(absl::Span<const BlockKey> keys,
   return n;
 }
 
-size_t TierChain::CountPresent(
-    absl::Span<const BlockKey> keys,
-    std::array<size_t, kMediumCount>* by_medium) const {
+size_t TierChain::CountPresent(absl::Span<const BlockKey> keys,
+                               std::array<size_t, kMediumCount>* by_medium,
+                               const BlockKey* root) const {
   {
     // Blocks on their way down land in a tier (or are dropped) first.
     MutexLock l(&flight_mu_);
@@ -143,7 +146,8 @@ size_t TierChain::CountPresent(
   while (n < keys.size()) {
     size_t m = 0;
     for (const std::unique_ptr<Tier>& t : tiers_) {
-      m = t->CountPresent(keys.subspan(n));
+      m = root == nullptr ? t->CountPresent(keys.subspan(n))
+                          : t->CountPresentIn(*root, keys.subspan(n));
       if (m == 0) continue;
       if (by_medium != nullptr) (*by_medium)[t->medium()] += m;
       break;

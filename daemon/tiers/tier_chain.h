@@ -83,11 +83,14 @@ class TierChain {
   void Demote(absl::Span<const EvictedPage> evicted, std::vector<TierMove>* moves);
 
   // Copies the blocks keys[0, n) into pages[0, n), from whichever tier
-  // holds each, and removes them from it; stops at the first block no tier
-  // holds or that fails (checksum, copy error). Returns n; pages[i] for
+  // holds each, and removes them from it (a shared tier keeps its copy);
+  // stops at the first block no tier holds or that fails (checksum, copy
+  // error). With `root`, only blocks of that namespace count (Tier::TakeIn;
+  // a shared tier finds nothing without it). Returns n; pages[i] for
   // i >= n hold unspecified bytes. REQUIRES: pages.size() >= keys.size().
   size_t Promote(absl::Span<const BlockKey> keys,
-                 absl::Span<const uint64_t> pages, std::vector<TierMove>* moves);
+                 absl::Span<const uint64_t> pages, std::vector<TierMove>* moves,
+                 const BlockKey* root = nullptr);
 
   // Drops the tiers' copies of `keys`, blocks the pool has just cached
   // again (a worker wrote them anew: promotion takes only the run of
@@ -101,8 +104,10 @@ class TierChain {
   // way down (a Demote of it has begun, its copy into a tier not ended)
   // is waited for, so it counts: its bytes are in the pool page it left
   // until the copy ends, and the wait lasts that copy, never a disk write.
+  // With `root`, scoped to that namespace as Promote is.
   size_t CountPresent(absl::Span<const BlockKey> keys,
-                      std::array<size_t, kMediumCount>* by_medium = nullptr) const;
+                      std::array<size_t, kMediumCount>* by_medium = nullptr,
+                      const BlockKey* root = nullptr) const;
   // The medium of the tier holding `key`, or 0; its identity in *out.
   uint8_t Locate(const BlockKey& key, TierBlock* out) const;
 

@@ -49,7 +49,8 @@ uint32_t TierCoordinator::AfterAcquire(RadixTree* t, NamespaceId ns,
     chain_->Demote(evicted, &moves);
   }
   const size_t present =
-      r->new_blocks == 0 ? 0 : chain_->CountPresent(r->new_keys);
+      r->new_blocks == 0 ? 0
+                         : chain_->CountPresent(r->new_keys, nullptr, &root);
   size_t got = 0;
   if (present != 0) {
     std::vector<uint64_t> pages(present);
@@ -57,7 +58,7 @@ uint32_t TierCoordinator::AfterAcquire(RadixTree* t, NamespaceId ns,
       pages[i] = r->pages[r->matched_blocks + i];
     }
     got = chain_->Promote(absl::MakeConstSpan(r->new_keys).first(present),
-                          pages, &moves);
+                          pages, &moves, &root);
   }
   // The copies are done: pages of a lease that ended meanwhile go free.
   if (held) t->ReleaseHold(r->lease);
@@ -94,13 +95,14 @@ void TierCoordinator::AfterCommit(RadixTree* t, NamespaceId ns,
 }
 
 TierCoordinator::TierMatch TierCoordinator::AfterMatch(
-    absl::Span<const BlockKey> keys, uint32_t matched) const {
+    const BlockKey& root, absl::Span<const BlockKey> keys,
+    uint32_t matched) const {
   std::array<size_t, kMediumCount> by_medium{};
   TierMatch out;
   out.blocks = matched >= keys.size()
                    ? 0
                    : static_cast<uint32_t>(chain_->CountPresent(
-                         keys.subspan(matched), &by_medium));
+                         keys.subspan(matched), &by_medium, &root));
   out.per_tier.reserve(chain_->size());
   for (size_t i = 0; i < chain_->size(); ++i) {
     const Tier& tier = chain_->tier(i);

@@ -59,14 +59,15 @@ class TierCoordinator {
   void AfterCommit(RadixTree* tree, NamespaceId ns,
                    absl::Span<const BlockKey> keys);
 
-  // After a Match found the first `matched` of the prompt's blocks `keys`:
-  // the blocks that follow, consecutively, that the tiers hold, in total
-  // and per tier (one entry per tier, top first).
+  // After a Match in the namespace `root` found the first `matched` of the
+  // prompt's blocks `keys`: the blocks of that namespace that follow,
+  // consecutively, that the tiers hold, in total and per tier (one entry
+  // per tier, top first).
   struct TierMatch {
     uint32_t blocks = 0;
     std::vector<std::pair<std::string_view, uint32_t>> per_tier;
   };
-  TierMatch AfterMatch(absl::Span<const BlockKey> keys,
+  TierMatch AfterMatch(const BlockKey& root, absl::Span<const BlockKey> keys,
                        uint32_t matched) const;
 
   // At shutdown, once no request runs: writes `tree`'s committed blocks

@@ -3,6 +3,7 @@
 #include <cassert>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -12,12 +13,93 @@ namespace radixkv::daemon {
 namespace {
 
 constexpr absl::string_view kUsage =
-    " (expected host,bytes=SIZE and/or disk,path=DIR,bytes=SIZE"
-    "[,io_threads=N][,demote=drop|wait], top to bottom, separated by ';')";
+    " (expected host,bytes=SIZE, disk,path=DIR,bytes=SIZE"
+    "[,io_threads=N][,demote=drop|wait] and remote,addr=HOST:PORT[,...], "
+    "top to bottom, separated by ';')";
 
 absl::Status Bad(absl::string_view spec, absl::string_view what) {
   return absl::InvalidArgumentError(
       absl::StrCat("--tier=", spec, ": ", what, kUsage));
+}
+
+
+bool ParseDurationIn(absl::string_view v, absl::Duration lo, absl::Duration hi,
+                     absl::Duration* out) {
+  absl::Duration d;
+  if (!absl::ParseDuration(v, &d) || d < lo || d > hi) return false;
+  *out = d;
+  return true;
+}
+
+bool ValidPrefix(absl::string_view p) {
+  if (p.empty() || p.size() > 64) return false;
+  for (char c : p) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
+        c != '.' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A remote tier's key (`kind` is "remote"); false when `key` is not one.
+absl::Status ParseRemoteKey(absl::string_view spec, absl::string_view key,
+                            absl::string_view value, TierSpec* out,
+                            bool* known) {
+  *known = true;
+  if (key == "addr") {
+    absl::StatusOr<RedisEndpoint> e = ParseRedisEndpoint(value);
+    if (!e.ok()) return Bad(spec, absl::StrCat("remote: addr=", e.status().message()));
+    out->addrs.push_back(*std::move(e));
+  } else if (key == "prefix") {
+    if (!ValidPrefix(value)) {
+      return Bad(spec, absl::StrCat("remote: prefix=", value,
+                                    " is not 1..64 of [A-Za-z0-9_.-]"));
+    }
+    out->prefix = std::string(value);
+  } else if (key == "user") {
+    if (value.empty()) return Bad(spec, "remote: user is empty");
+    out->user = std::string(value);
+  } else if (key == "password_file") {
+    if (value.empty()) return Bad(spec, "remote: password_file is empty");
+    out->password_file = std::string(value);
+  } else if (key == "timeout") {
+    if (!ParseDurationIn(value, absl::Milliseconds(1), absl::Seconds(60),
+                         &out->timeout)) {
+      return Bad(spec, absl::StrCat("remote: timeout=", value,
+                                    " is not a duration in 1ms..60s"));
+    }
+  } else if (key == "ttl") {
+    if (!ParseDurationIn(value, absl::ZeroDuration(), absl::Hours(24 * 365),
+                         &out->ttl)) {
+      return Bad(spec, absl::StrCat("remote: ttl=", value,
+                                    " is not a duration in 0..8760h"));
+    }
+  } else if (key == "queue") {
+    if (!gpu::ParseSize(value, &out->queue_bytes) || out->queue_bytes == 0) {
+      return Bad(spec, absl::StrCat("remote: queue=", value, " is not a size > 0"));
+    }
+  } else if (key == "writers") {
+    if (!absl::SimpleAtoi(value, &out->writers) || out->writers < 1 ||
+        out->writers > 16) {
+      return Bad(spec, absl::StrCat("remote: writers=", value, " is not in 1..16"));
+    }
+  } else if (key == "breaker_failures") {
+    if (!absl::SimpleAtoi(value, &out->breaker_failures) ||
+        out->breaker_failures < 1 || out->breaker_failures > 1000) {
+      return Bad(spec, absl::StrCat("remote: breaker_failures=", value,
+                                    " is not in 1..1000"));
+    }
+  } else if (key == "breaker_cooldown") {
+    if (!ParseDurationIn(value, absl::Milliseconds(1), absl::Hours(1),
+                         &out->breaker_cooldown)) {
+      return Bad(spec, absl::StrCat("remote: breaker_cooldown=", value,
+                                    " is not a duration in 1ms..1h"));
+    }
+  } else {
+    *known = false;
+  }
+  return absl::OkStatus();
 }
 
 // One tier's "kind,key=value,..." (`spec` is the whole flag, for errors).
@@ -29,6 +111,7 @@ absl::StatusOr<TierSpec> ParseOne(absl::string_view spec,
     return Bad(spec, absl::StrCat("unknown tier kind '", parts[0], "'"));
   }
   const bool disk = out.kind == TierSpec::Kind::kDisk;
+  const bool remote = out.kind == TierSpec::Kind::kRemote;
   const absl::string_view kind = TierKindInfoOf(out.kind).name;
   bool have_bytes = false;
   for (size_t i = 1; i < parts.size(); ++i) {
@@ -57,10 +140,23 @@ absl::StatusOr<TierSpec> ParseOne(absl::string_view spec,
                                       " is not in 1..64"));
       }
     } else {
-      return Bad(spec, absl::StrCat(kind, ": unknown key '", key, "'"));
+      bool known = false;
+      if (remote) {
+        absl::Status st = ParseRemoteKey(spec, key, value, &out, &known);
+        if (!st.ok()) return st;
+      }
+      if (!known) {
+        return Bad(spec, absl::StrCat(kind, ": unknown key '", key, "'"));
+      }
     }
   }
   if (disk && out.path.empty()) return Bad(spec, "disk: path= is required");
+  if (remote) {
+    if (out.addrs.empty()) {
+      return Bad(spec, "remote: addr=HOST:PORT is required (a node of the store)");
+    }
+    return out;
+  }
   if (!have_bytes) return Bad(spec, absl::StrCat(kind, ": bytes= is required"));
   return out;
 }
@@ -73,18 +169,23 @@ absl::StatusOr<std::vector<TierSpec>> ParseTierSpecs(absl::string_view spec) {
     absl::StatusOr<TierSpec> t = ParseOne(spec, one);
     if (!t.ok()) return t.status();
     if (!out.empty()) {
-      if (out.back().kind == t->kind) {
-        return Bad(spec, "names the same kind of tier twice");
+      for (const TierSpec& above : out) {
+        if (above.kind == t->kind) {
+          return Bad(spec, "names the same kind of tier twice");
+        }
       }
-      if (t->kind == TierSpec::Kind::kHost) {
-        return Bad(spec, "a host tier goes above the disk tier (name it first)");
+      // kTierKinds' order is the chain's: host, disk, remote.
+      if (TierKindInfoOf(t->kind).medium < TierKindInfoOf(out.back().kind).medium) {
+        return Bad(spec, absl::StrCat("a ", TierKindInfoOf(t->kind).name,
+                                      " tier goes above a ",
+                                      TierKindInfoOf(out.back().kind).name,
+                                      " tier (the order is host, disk, remote)"));
       }
     }
     out.push_back(*std::move(t));
   }
-  // At most one tier of each kind, the host tier first.
-  assert(out.size() <= 2 &&
-         (out.size() < 2 || out[0].kind == TierSpec::Kind::kHost));
+  // At most one tier of each kind, in kTierKinds' order.
+  assert(out.size() <= std::size(kTierKinds));
   return out;
 }
 

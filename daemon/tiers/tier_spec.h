@@ -6,9 +6,14 @@
 //   host,bytes=SIZE
 //   disk,path=DIR,bytes=SIZE[,io_threads=N][,demote=drop|wait]
 //   host,bytes=SIZE;disk,path=DIR,bytes=SIZE[,...]
+//   remote,addr=HOST:PORT[,addr=HOST:PORT...][,prefix=P][,user=U]
+//         [,password_file=FILE][,timeout=DUR][,ttl=DUR][,queue=SIZE]
+//         [,writers=N][,breaker_failures=N][,breaker_cooldown=DUR]
 //
 // A host tier is host memory (pinned under a cuda pool); a disk tier is one
-// file in DIR. At most one of each, the host tier first.
+// file in DIR; a remote tier is a Redis Cluster (or server) that the fleet
+// shares (remote_tier.h). At most one of each, in the order host, disk,
+// remote.
 //
 // demote=drop (the default): an evicted block the disk tier cannot stage at
 // once (its writes are behind) is dropped, a plain eviction; demote=wait
@@ -25,6 +30,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "daemon/tiers/redis_cluster.h"
 #include "daemon/tiers/tier.h"
 
 namespace radixkv::daemon {
@@ -36,6 +43,17 @@ struct TierSpec {
   std::string path;     // disk: an existing, writable directory
   int io_threads = 2;   // disk: 1..64
   bool wait_for_staging = false;  // disk: demote=wait
+  // remote:
+  std::vector<RedisEndpoint> addrs;  // addr=, at least one
+  std::string prefix = "rkv";        // 1..64 of [A-Za-z0-9_.-]
+  std::string user;                  // AUTH user (default: the default user)
+  std::string password_file;         // AUTH password: the file's first line
+  absl::Duration timeout = absl::Milliseconds(100);  // > 0, <= 60 s
+  absl::Duration ttl = absl::ZeroDuration();         // 0: none
+  uint64_t queue_bytes = 64ull << 20;                // staged writes, > 0
+  int writers = 2;                                   // 1..16
+  int breaker_failures = 5;                          // 1..1000
+  absl::Duration breaker_cooldown = absl::Seconds(5);  // > 0
 };
 
 // The tiers, top to bottom. INVALID_ARGUMENT naming --tier and the bad

@@ -1,0 +1,494 @@
+#include "daemon/tiers/redis_cluster.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+namespace radixkv::daemon {
+namespace {
+
+constexpr int kMaxHops = 4;  // redirections followed per command
+
+// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), as Redis
+// Cluster hashes keys.
+uint16_t Crc16(absl::string_view s) {
+  uint16_t crc = 0;
+  for (unsigned char c : s) {
+    crc ^= static_cast<uint16_t>(c) << 8;
+    for (int i = 0; i < 8; ++i) {
+      crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021)
+                           : static_cast<uint16_t>(crc << 1);
+    }
+  }
+  return crc;
+}
+
+int MillisLeft(absl::Time deadline) {
+  const absl::Duration left = deadline - absl::Now();
+  if (left <= absl::ZeroDuration()) return 0;
+  return static_cast<int>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60 * 60 * 1000));
+}
+
+RedisReply Convert(const redisReply* r) {
+  RedisReply out;
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+      out.type = RedisReply::Type::kString;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = RedisReply::Type::kStatus;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ERROR:
+      out.type = RedisReply::Type::kError;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_INTEGER:
+      out.type = RedisReply::Type::kInteger;
+      out.integer = r->integer;
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = RedisReply::Type::kArray;
+      out.elements.reserve(r->elements);
+      for (size_t i = 0; i < r->elements; ++i) {
+        out.elements.push_back(Convert(r->element[i]));
+      }
+      break;
+    default:
+      out.type = RedisReply::Type::kNil;
+      break;
+  }
+  return out;
+}
+
+// "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381".
+bool ParseRedirect(absl::string_view msg, absl::string_view word,
+                   uint16_t* slot, RedisEndpoint* to) {
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(msg, ' ', absl::SkipEmpty());
+  uint32_t s = 0;
+  if (parts.size() != 3 || parts[0] != word || !absl::SimpleAtoi(parts[1], &s) ||
+      s >= 16384) {
+    return false;
+  }
+  absl::StatusOr<RedisEndpoint> e = ParseRedisEndpoint(parts[2]);
+  if (!e.ok()) return false;
+  *slot = static_cast<uint16_t>(s);
+  *to = *std::move(e);
+  return true;
+}
+
+}  // namespace
+
+std::string RedisEndpoint::ToString() const {
+  if (host.find(':') != std::string::npos) {
+    return absl::StrCat("[", host, "]:", port);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+absl::StatusOr<RedisEndpoint> ParseRedisEndpoint(absl::string_view s) {
+  RedisEndpoint e;
+  absl::string_view port;
+  if (absl::ConsumePrefix(&s, "[")) {
+    const size_t close = s.find("]:");
+    if (close == absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"[", s, "\": expected [ADDRESS]:PORT"));
+    }
+    e.host = std::string(s.substr(0, close));
+    port = s.substr(close + 2);
+  } else {
+    const size_t colon = s.rfind(':');
+    if (colon == absl::string_view::npos || colon == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", s, "\": expected HOST:PORT"));
+    }
+    e.host = std::string(s.substr(0, colon));
+    port = s.substr(colon + 1);
+  }
+  if (!absl::SimpleAtoi(port, &e.port) || e.port < 1 || e.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", port, "\": the port must be a number in 1..65535"));
+  }
+  return e;
+}
+
+uint16_t RedisKeySlot(absl::string_view key) {
+  const size_t open = key.find('{');
+  if (open != absl::string_view::npos) {
+    const size_t close = key.find('}', open + 1);
+    if (close != absl::string_view::npos && close > open + 1) {
+      key = key.substr(open + 1, close - open - 1);
+    }
+  }
+  return Crc16(key) & 16383;
+}
+
+// One connection: a non-blocking socket and hiredis's reply reader.
+class RedisCluster::Conn {
+ public:
+  explicit Conn(RedisEndpoint e) : endpoint_(std::move(e)) {}
+  ~Conn() {
+    if (fd_ >= 0) close(fd_);
+    if (reader_ != nullptr) redisReaderFree(reader_);
+  }
+
+  absl::Status Open(const RedisAuth& auth, absl::Time deadline) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    const std::string port = absl::StrCat(endpoint_.port);
+    const int gai = getaddrinfo(endpoint_.host.c_str(), port.c_str(), &hints, &res);
+    if (gai != 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot resolve ", endpoint_.ToString(), ": ", gai_strerror(gai)));
+    }
+    absl::Status last = absl::UnavailableError(
+        absl::StrCat("cannot connect to ", endpoint_.ToString()));
+    for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+      const int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      int rc = connect(fd, a->ai_addr, a->ai_addrlen);
+      if (rc != 0 && errno == EINPROGRESS) {
+        pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
+        rc = poll(&p, 1, MillisLeft(deadline));
+        if (rc == 0) {
+          close(fd);
+          last = absl::DeadlineExceededError(absl::StrCat(
+              "connecting to ", endpoint_.ToString(), ": no answer by the deadline"));
+          continue;
+        }
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err == 0 ? 0 : -1;
+        errno = err;
+      }
+      if (rc != 0) {
+        last = absl::UnavailableError(absl::StrCat(
+            "cannot connect to ", endpoint_.ToString(), ": ", strerror(errno)));
+        close(fd);
+        continue;
+      }
+      fd_ = fd;
+      break;
+    }
+    freeaddrinfo(res);
+    if (fd_ < 0) return last;
+    reader_ = redisReaderCreate();
+    if (reader_ == nullptr) return absl::ResourceExhaustedError("redisReaderCreate");
+    if (auth.password.empty()) return absl::OkStatus();
+    std::vector<absl::string_view> argv = {"AUTH"};
+    if (!auth.user.empty()) argv.push_back(auth.user);
+    argv.push_back(auth.password);
+    absl::Status s = Send(Format(argv), deadline);
+    RedisReply r;
+    if (s.ok()) s = Receive(&r, deadline);
+    if (!s.ok()) return s;
+    if (r.type == RedisReply::Type::kError) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          endpoint_.ToString(), " refused AUTH",
+          auth.user.empty() ? "" : absl::StrCat(" of user \"", auth.user, "\""),
+          ": ", r.str));
+    }
+    return absl::OkStatus();
+  }
+
+  static std::string Format(absl::Span<const absl::string_view> argv) {
+    std::vector<const char*> ptr(argv.size());
+    std::vector<size_t> len(argv.size());
+    for (size_t i = 0; i < argv.size(); ++i) {
+      ptr[i] = argv[i].data();
+      len[i] = argv[i].size();
+    }
+    char* cmd = nullptr;
+    const int n = redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()),
+                                         ptr.data(), len.data());
+    std::string out;
+    if (n > 0) out.assign(cmd, static_cast<size_t>(n));
+    redisFreeCommand(cmd);
+    return out;
+  }
+
+  absl::Status Send(absl::string_view bytes, absl::Time deadline) {
+    while (!bytes.empty()) {
+      const ssize_t n = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        bytes.remove_prefix(static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        pollfd p{.fd = fd_, .events = POLLOUT, .revents = 0};
+        const int rc = poll(&p, 1, MillisLeft(deadline));
+        if (rc == 0) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "writing to ", endpoint_.ToString(), ": not done by the deadline"));
+        }
+        continue;
+      }
+      return absl::UnavailableError(absl::StrCat(
+          "writing to ", endpoint_.ToString(), ": ", strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Receive(RedisReply* out, absl::Time deadline) {
+    char buf[64 * 1024];
+    for (;;) {
+      void* reply = nullptr;
+      if (redisReaderGetReply(reader_, &reply) != REDIS_OK) {
+        return absl::DataLossError(absl::StrCat(
+            "a malformed reply from ", endpoint_.ToString(), ": ", reader_->errstr));
+      }
+      if (reply != nullptr) {
+        *out = Convert(static_cast<redisReply*>(reply));
+        freeReplyObject(reply);
+        return absl::OkStatus();
+      }
+      const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+      if (n > 0) {
+        if (redisReaderFeed(reader_, buf, static_cast<size_t>(n)) != REDIS_OK) {
+          return absl::DataLossError(absl::StrCat(
+              "a malformed reply from ", endpoint_.ToString()));
+        }
+        continue;
+      }
+      if (n == 0) {
+        return absl::UnavailableError(
+            absl::StrCat(endpoint_.ToString(), " closed the connection"));
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+        if (poll(&p, 1, MillisLeft(deadline)) == 0) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "no reply from ", endpoint_.ToString(), " by the deadline"));
+        }
+        continue;
+      }
+      return absl::UnavailableError(absl::StrCat(
+          "reading from ", endpoint_.ToString(), ": ", strerror(errno)));
+    }
+  }
+
+ private:
+  const RedisEndpoint endpoint_;
+  int fd_ = -1;
+  redisReader* reader_ = nullptr;
+};
+
+RedisCluster::RedisCluster(Options options) : options_(std::move(options)) {
+  slot_node_.fill(-1);
+  for (const RedisEndpoint& e : options_.seeds) NodeIndex(e);
+}
+
+RedisCluster::~RedisCluster() = default;
+
+int RedisCluster::NodeIndex(const RedisEndpoint& e) {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].endpoint == e) return static_cast<int>(i);
+  }
+  nodes_.push_back({e, nullptr});
+  return static_cast<int>(nodes_.size() - 1);
+}
+
+absl::Status RedisCluster::EnsureConnected(Node& node, absl::Time deadline) {
+  if (node.conn != nullptr) return absl::OkStatus();
+  auto conn = std::make_unique<Conn>(node.endpoint);
+  absl::Status s = conn->Open(options_.auth, deadline);
+  if (!s.ok()) return s;
+  node.conn = std::move(conn);
+  return absl::OkStatus();
+}
+
+absl::Status RedisCluster::LoadSlotsFrom(Node& node, absl::Time deadline) {
+  absl::Status s = EnsureConnected(node, deadline);
+  if (!s.ok()) return s;
+  const RedisEndpoint from = node.endpoint;  // nodes_ may grow below
+  RedisReply r;
+  s = node.conn->Send(Conn::Format({"CLUSTER", "SLOTS"}), deadline);
+  if (s.ok()) s = node.conn->Receive(&r, deadline);
+  if (!s.ok()) {
+    node.conn.reset();
+    return s;
+  }
+  if (r.type == RedisReply::Type::kError) {
+    if (r.str.find("cluster support disabled") != std::string::npos) {
+      cluster_mode_ = false;
+      slot_node_.fill(static_cast<int16_t>(NodeIndex(from)));
+      slots_loaded_ = true;
+      return absl::OkStatus();
+    }
+    return absl::UnavailableError(
+        absl::StrCat("CLUSTER SLOTS on ", from.ToString(), ": ", r.str));
+  }
+  if (r.type != RedisReply::Type::kArray) {
+    return absl::DataLossError(absl::StrCat(
+        "CLUSTER SLOTS on ", from.ToString(), ": not an array"));
+  }
+  std::array<int16_t, 16384> map;
+  map.fill(-1);
+  for (const RedisReply& range : r.elements) {
+    if (range.type != RedisReply::Type::kArray || range.elements.size() < 3 ||
+        range.elements[0].type != RedisReply::Type::kInteger ||
+        range.elements[1].type != RedisReply::Type::kInteger ||
+        range.elements[2].type != RedisReply::Type::kArray ||
+        range.elements[2].elements.size() < 2) {
+      continue;
+    }
+    const RedisReply& master = range.elements[2];
+    RedisEndpoint e;
+    e.host = master.elements[0].str;
+    if (e.host.empty() || e.host == "?") e.host = from.host;  // "this node"
+    e.port = static_cast<int>(master.elements[1].integer);
+    const int idx = NodeIndex(e);
+    const int64_t lo = std::max<int64_t>(0, range.elements[0].integer);
+    const int64_t hi = std::min<int64_t>(16383, range.elements[1].integer);
+    for (int64_t slot = lo; slot <= hi; ++slot) {
+      map[static_cast<size_t>(slot)] = static_cast<int16_t>(idx);
+    }
+  }
+  slot_node_ = map;
+  cluster_mode_ = true;
+  slots_loaded_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status RedisCluster::RefreshSlots(absl::Time deadline) {
+  absl::Status last = absl::UnavailableError("no store node is configured");
+  // Seeds first, then every node learnt since.
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (absl::Now() >= deadline) break;
+    absl::Status s = LoadSlotsFrom(nodes_[i], deadline);
+    if (s.ok()) return s;
+    if (s.code() == absl::StatusCode::kPermissionDenied) return s;
+    last = s;
+  }
+  return last;
+}
+
+absl::Status RedisCluster::Connect(absl::Time deadline) {
+  return RefreshSlots(deadline);
+}
+
+void RedisCluster::RunOnNode(int node, absl::Span<const Command> commands,
+                             const std::vector<size_t>& idx,
+                             const std::vector<bool>& asking,
+                             absl::Time deadline, std::vector<Result>* out) {
+  Node& n = nodes_[static_cast<size_t>(node)];
+  absl::Status s = EnsureConnected(n, deadline);
+  std::string wire;
+  if (s.ok()) {
+    for (size_t i = 0; i < idx.size(); ++i) {
+      if (asking[i]) wire += Conn::Format({"ASKING"});
+      wire += Conn::Format(commands[idx[i]].argv);
+    }
+    s = n.conn->Send(wire, deadline);
+  }
+  size_t i = 0;
+  for (; s.ok() && i < idx.size(); ++i) {
+    Result& r = (*out)[idx[i]];
+    if (asking[i]) {
+      RedisReply ok;
+      s = n.conn->Receive(&ok, deadline);
+      if (!s.ok()) break;
+    }
+    s = n.conn->Receive(&r.reply, deadline);
+    if (!s.ok()) break;
+    r.status = absl::OkStatus();
+  }
+  if (!s.ok()) {
+    // The connection's state is unknown: replies may still be on the way.
+    n.conn.reset();
+    for (; i < idx.size(); ++i) (*out)[idx[i]].status = s;
+  }
+}
+
+void RedisCluster::Run(absl::Span<const Command> commands, absl::Time deadline,
+                       std::vector<Result>* out) {
+  out->assign(commands.size(), Result{});
+  if (!slots_loaded_) {
+    absl::Status s = RefreshSlots(deadline);
+    if (!s.ok()) {
+      for (Result& r : *out) r.status = s;
+      return;
+    }
+  }
+  // Each command's target: the slot map's node, or an ASK's.
+  std::vector<int> target(commands.size(), -1);
+  std::vector<bool> ask(commands.size(), false);
+  std::vector<size_t> pending(commands.size());
+  for (size_t i = 0; i < commands.size(); ++i) pending[i] = i;
+  bool moved = false;
+  for (int hop = 0; hop <= kMaxHops && !pending.empty(); ++hop) {
+    std::vector<std::vector<size_t>> by_node(nodes_.size());
+    std::vector<std::vector<bool>> asking(nodes_.size());
+    for (size_t i : pending) {
+      int node = target[i];
+      if (node < 0) node = slot_node_[RedisKeySlot(commands[i].key)];
+      if (node < 0) {
+        (*out)[i].status = absl::UnavailableError(absl::StrCat(
+            "no store node serves slot ", RedisKeySlot(commands[i].key),
+            " (the cluster's slots are not all assigned)"));
+        continue;
+      }
+      by_node[static_cast<size_t>(node)].push_back(i);
+      asking[static_cast<size_t>(node)].push_back(ask[i]);
+    }
+    for (size_t node = 0; node < by_node.size(); ++node) {
+      if (by_node[node].empty()) continue;
+      RunOnNode(static_cast<int>(node), commands, by_node[node], asking[node],
+                deadline, out);
+    }
+    std::vector<size_t> again;
+    for (size_t i : pending) {
+      Result& r = (*out)[i];
+      if (!r.status.ok() || r.reply.type != RedisReply::Type::kError) continue;
+      uint16_t slot = 0;
+      RedisEndpoint to;
+      if (ParseRedirect(r.reply.str, "MOVED", &slot, &to)) {
+        slot_node_[slot] = static_cast<int16_t>(NodeIndex(to));
+        target[i] = -1;
+        ask[i] = false;
+        moved = true;
+        again.push_back(i);
+      } else if (ParseRedirect(r.reply.str, "ASK", &slot, &to)) {
+        target[i] = NodeIndex(to);
+        ask[i] = true;
+        again.push_back(i);
+      } else if (absl::StartsWith(r.reply.str, "TRYAGAIN")) {
+        again.push_back(i);
+      }
+    }
+    pending = std::move(again);
+  }
+  // A MOVED means the slots changed hands: learn the whole new map for
+  // the next call (this one has followed its redirections already).
+  if (moved) RefreshSlots(deadline).IgnoreError();
+}
+
+}  // namespace radixkv::daemon

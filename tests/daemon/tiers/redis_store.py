@@ -1,0 +1,191 @@
+#!/usr/bin/python3
+"""A real Redis Cluster for the remote tier's tests: redis-server shards
+(Debian's redis-server) joined by `redis-cli --cluster create`.
+
+As a module:
+    store = RedisStore(dir, shards=3, password="pw")
+    store.start()            # waits for cluster_state:ok on every shard
+    store.addrs              # ["127.0.0.1:PORT", ...]
+    store.kill(1)            # a shard dies
+    store.stop()
+
+As a ctest fixture (FIXTURES_SETUP / FIXTURES_CLEANUP):
+    redis_store.py start DIR   # writes DIR/addrs (one HOST:PORT per line)
+                               # and DIR/password (mode 600)
+    redis_store.py stop DIR
+
+`prefix` runs every command under another (e.g. "ip netns exec NS"), and
+`host` is the address the shards bind and announce.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+
+
+def free_ports(n, host="127.0.0.1"):
+    """n ports free on `host` whose cluster-bus port (+10000) is free too."""
+    out = []
+    while len(out) < n:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            p = s.getsockname()[1]
+        if p > 55000 or p in out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, p + 10000))
+            except OSError:
+                continue
+        out.append(p)
+    return out
+
+
+class RedisStore:
+    def __init__(self, dir, shards=3, password=None, host="127.0.0.1",
+                 prefix=(), ports=None):
+        self.dir = dir
+        self.shards = shards
+        self.password = password
+        self.host = host
+        self.prefix = list(prefix)
+        self.ports = ports
+        self.procs = {}
+
+    @property
+    def addrs(self):
+        return ["%s:%d" % (self.host, p) for p in self.ports]
+
+    def _cli(self, port, *args, check=True, timeout=30):
+        cmd = self.prefix + [REDIS_CLI, "-h", self.host, "-p", str(port)]
+        env = dict(os.environ)
+        if self.password:
+            env["REDISCLI_AUTH"] = self.password
+        r = subprocess.run(cmd + list(args), capture_output=True, text=True,
+                           timeout=timeout, env=env)
+        if check and r.returncode != 0:
+            raise RuntimeError("redis-cli %s: %s%s" % (" ".join(args), r.stdout,
+                                                       r.stderr))
+        return r.stdout
+
+    def start_shard(self, port):
+        conf = os.path.join(self.dir, "nodes-%d.conf" % port)
+        args = [REDIS_SERVER, "--port", str(port), "--bind", self.host,
+                "--cluster-enabled", "yes", "--cluster-config-file", conf,
+                "--cluster-node-timeout", "2000", "--dir", self.dir,
+                "--save", "", "--appendonly", "no", "--protected-mode", "no",
+                "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru",
+                "--logfile", os.path.join(self.dir, "redis-%d.log" % port)]
+        if self.password:
+            args += ["--requirepass", self.password, "--masterauth",
+                     self.password]
+        self.procs[port] = subprocess.Popen(self.prefix + args,
+                                            stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            r = subprocess.run(
+                self.prefix + [REDIS_CLI, "-h", self.host, "-p", str(port),
+                               "PING"],
+                capture_output=True, text=True,
+                env=dict(os.environ, REDISCLI_AUTH=self.password or ""))
+            if "PONG" in r.stdout or "NOAUTH" in r.stdout:
+                return
+            if self.procs[port].poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError("redis-server on port %d did not start (see %s)" %
+                           (port, os.path.join(self.dir, "redis-%d.log" % port)))
+
+    def start(self):
+        os.makedirs(self.dir, exist_ok=True)
+        if self.ports is None:
+            self.ports = free_ports(self.shards, self.host)
+        for p in self.ports:
+            self.start_shard(p)
+        self._cli(self.ports[0], "--cluster", "create", *self.addrs,
+                  "--cluster-replicas", "0", "--cluster-yes", timeout=60)
+        self.wait_ok(self.ports)
+        return self
+
+    def wait_ok(self, ports, timeout=30):
+        deadline = time.time() + timeout
+        for p in ports:
+            while "cluster_state:ok" not in self._cli(p, "CLUSTER", "INFO",
+                                                      check=False):
+                if time.time() > deadline:
+                    raise RuntimeError("cluster not ok on port %d" % p)
+                time.sleep(0.1)
+
+    def cli(self, shard, *args):
+        return self._cli(self.ports[shard], *args)
+
+    def dbsize(self):
+        return sum(int(self.cli(i, "DBSIZE").strip() or 0)
+                   for i, p in enumerate(self.ports) if p in self.procs)
+
+    def keys(self, pattern="*"):
+        out = []
+        for i, p in enumerate(self.ports):
+            if p in self.procs:
+                out += [k for k in self.cli(i, "--scan", "--pattern",
+                                            pattern).split() if k]
+        return out
+
+    def kill(self, shard):
+        p = self.ports[shard]
+        proc = self.procs.pop(p)
+        proc.kill()
+        proc.wait()
+
+    def stop(self):
+        for proc in self.procs.values():
+            proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.procs = {}
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] not in ("start", "stop"):
+        sys.stderr.write("usage: redis_store.py start|stop DIR\n")
+        return 2
+    d = argv[2]
+    if argv[1] == "start":
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        store = RedisStore(d, shards=3, password="radixkv-test-pw").start()
+        # The fixture outlives this process: the shards must not be its
+        # children's (they would die with the session); record their pids.
+        with open(os.path.join(d, "addrs"), "w") as f:
+            f.write("\n".join(store.addrs) + "\n")
+        pw = os.path.join(d, "password")
+        with open(pw, "w") as f:
+            f.write(store.password + "\n")
+        os.chmod(pw, 0o600)
+        with open(os.path.join(d, "pids"), "w") as f:
+            f.write("\n".join(str(p.pid) for p in store.procs.values()) + "\n")
+        return 0
+    try:
+        with open(os.path.join(d, "pids")) as f:
+            for line in f:
+                if line.strip():
+                    try:
+                        os.kill(int(line), 15)
+                    except ProcessLookupError:
+                        pass
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
