@@ -33,9 +33,10 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   libsystemd-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libfuzzer-14-dev liburing-dev
   # tests and tools: promtool, python3 (for the venv), fish (radixkvctl's
-  # fish completion), redis + h2load (benchmarks)
+  # fish completion), redis (the remote tier's store, benchmarks), h2load,
+  # iproute2 (network namespaces for the fleet tests)
   prometheus python3 python3-venv openssl fio fish
-  redis-server redis-tools nghttp2-client curl procps valgrind
+  redis-server redis-tools nghttp2-client curl procps valgrind iproute2
 )
 
 missing=()
