@@ -316,6 +316,8 @@ struct CommitResult {
   bool released = false;
   // With Commit's report_inserted: the keys of the inserted blocks.
   std::vector<BlockKey> inserted_keys;
+  // ... and their pages, index for index.
+  std::vector<PageId> inserted_pages;
 };
 
 // Read-only lookup result (Match).

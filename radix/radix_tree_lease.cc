@@ -489,7 +489,10 @@ absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
     }
     m.InsertNode(lease, w, key, parent, lease.matched + j, now);
     ++r.inserted;
-    if (report_inserted) r.inserted_keys.push_back(key);
+    if (report_inserted) {
+      r.inserted_keys.push_back(key);
+      r.inserted_pages.push_back(w);
+    }
     r.pages.push_back(w);
   }
   lease.committed += blocks;

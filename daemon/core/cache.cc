@@ -306,12 +306,35 @@ absl::Status Cache::Commit(const v1::CommitRequest& req,
                    FindSession(req.session_id(), caller));
   RadixTree* t = registry_.tree();
   if (t == nullptr) return absl::InternalError("session without a pool");
+  // A write-through tier copies the inserted pages while the lease still
+  // pins them: commit without releasing, copy, then release.
+  const bool through = tiers_ != nullptr && tiers_->writes_through();
   absl::StatusOr<CommitResult> r =
-      t->Commit(req.lease_id(), req.blocks(), req.release(), session.owner,
-                /*report_inserted=*/tiers_ != nullptr);
+      t->Commit(req.lease_id(), req.blocks(), req.release() && !through,
+                session.owner, /*report_inserted=*/tiers_ != nullptr);
   if (!r.ok()) return LeaseError(r.status(), caller);
   if (tiers_ != nullptr) {
     tiers_->AfterCommit(t, session.binding.ns, r->inserted_keys);
+  }
+  if (through) {
+    // The lease pinned the pages through the copy if it is still there
+    // after it: a lease never comes back once ended.
+    bool asked = false, released = false;
+    tiers_->WriteThrough(t, session.binding.ns, session.binding.page_size,
+                         *r, [&] {
+                           asked = true;
+                           if (!req.release()) {
+                             return t->Commit(req.lease_id(), 0, false,
+                                              session.owner).ok();
+                           }
+                           released = t->Release(req.lease_id(),
+                                                 session.owner).ok();
+                           return released;
+                         });
+    if (req.release() && !asked) {
+      released = t->Release(req.lease_id(), session.owner).ok();
+    }
+    r->released = released;
   }
   resp->Clear();
   resp->set_inserted(r->inserted);

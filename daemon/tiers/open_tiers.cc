@@ -82,12 +82,17 @@ absl::StatusOr<std::unique_ptr<Tier>> OpenTier(const TierSpec& t,
                           .queue_bytes = t.queue_bytes,
                           .writers = t.writers,
                           .breaker_failures = t.breaker_failures,
-                          .breaker_cooldown = t.breaker_cooldown};
+                          .breaker_cooldown = t.breaker_cooldown,
+                          .write_all = t.write_all};
       if (!t.password_file.empty()) {
         ASSIGN_OR_RETURN(o.auth.password, ReadPasswordFile(t.password_file));
       }
-      ASSIGN_OR_RETURN(std::unique_ptr<RemoteTier> remote,
-                       RemoteTier::Open(std::move(o)));
+      absl::StatusOr<std::unique_ptr<RemoteTier>> remote =
+          RemoteTier::Open(std::move(o));
+      // Credentials the store refuses are the operator's to fix (exit 2).
+      if (absl::IsPermissionDenied(remote.status())) {
+        return absl::InvalidArgumentError(remote.status().message());
+      }
       return remote;
     }
   }

@@ -16,6 +16,10 @@
 // read verifies against what it asked for; a value that fails is a miss,
 // never bytes in a page.
 //
+// What is written: with write=evicted (the default) the blocks the node
+// evicts; with write=all also every block as it is committed
+// (TierChain::WriteThrough), so the fleet sees a prefix at once.
+//
 // Writes are asynchronous: Put copies each block out of its page into a
 // staged value (bounded by queue_bytes; beyond it, blocks are dropped) and
 // writer threads pipeline SETs to the store. A staged block is a hit from
@@ -65,6 +69,9 @@ struct RemoteTierOptions {
   int writers = 2;                            // writer threads, 1..16
   int breaker_failures = 5;
   absl::Duration breaker_cooldown = absl::Seconds(5);
+  // write=all: every committed block is written as it is committed, not
+  // only the blocks the node evicts (write=evicted).
+  bool write_all = false;
 };
 
 // The value's header; its layout is the stored format (little endian).
@@ -86,6 +93,7 @@ class RemoteTier final : public Tier {
   // The store sizes itself: 0.
   uint64_t capacity_blocks() const override { return 0; }
   bool shared() const override { return true; }
+  bool writes_through() const override { return options_.write_all; }
 
   void Put(absl::Span<const TierPut> blocks, PageMover& mover, TierSink& below,
            std::vector<TierMove>* moves) override;

@@ -193,6 +193,9 @@ class Tier {
   // block in place, Forget keeps it (its bytes are the same wherever the
   // key is cached), and its moves are not this daemon's to publish.
   virtual bool shared() const { return false; }
+  // A tier that also receives every block the pool caches, as it is
+  // committed (TierChain::WriteThrough), not only the blocks evicted.
+  virtual bool writes_through() const { return false; }
 
   // forget: drops its copies of `keys` (blocks the pool caches again),
   // appending their blocks to *dropped. Returns how many were dropped.

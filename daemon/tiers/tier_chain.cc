@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -48,8 +49,28 @@ class TierChain::Below final : public TierSink {
   const size_t from_;
 };
 
+namespace {
+
+bool AnyWritesThrough(const std::vector<std::unique_ptr<Tier>>& tiers) {
+  for (const std::unique_ptr<Tier>& t : tiers) {
+    if (t->writes_through()) return true;
+  }
+  return false;
+}
+
+// Where a write-through put's leftovers go: nowhere (a copy of a block the
+// pool still caches).
+class NoSink final : public TierSink {
+ public:
+  bool empty() const override { return true; }
+  void Put(absl::Span<const TierPut>, std::vector<TierMove>*) override {}
+};
+
+}  // namespace
+
 TierChain::TierChain(std::vector<std::unique_ptr<Tier>> tiers)
     : tiers_(std::move(tiers)),
+      writes_through_(AnyWritesThrough(tiers_)),
       latency_(std::make_unique<TierLatency[]>(tiers_.size())) {
   assert(!tiers_.empty());
 }
@@ -163,6 +184,39 @@ uint8_t TierChain::Locate(const BlockKey& key, TierBlock* out) const {
     if (t->Lookup(key, out)) return t->medium();
   }
   return kMediumPool;
+}
+
+size_t TierChain::WriteThrough(absl::Span<const EvictedPage> blocks,
+                               absl::FunctionRef<bool()> still_held) {
+  if (!writes_through_ || mover_ == nullptr || blocks.empty()) return 0;
+  const uint64_t pb = mover_->page_bytes();
+  std::vector<char> copy(blocks.size() * pb);
+  std::vector<uint64_t> pages;
+  std::vector<void*> dst;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const void* direct = mover_->host_address(blocks[i].page);
+    if (direct != nullptr) {
+      std::memcpy(copy.data() + i * pb, direct, pb);
+    } else {
+      pages.push_back(blocks[i].page);
+      dst.push_back(copy.data() + i * pb);
+    }
+  }
+  if (!pages.empty() && !mover_->CopyOut(pages, dst).ok()) return 0;
+  if (!still_held()) return 0;
+  std::vector<TierPut> puts;
+  puts.reserve(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    puts.push_back({.block = blocks[i].block,
+                    .ns = blocks[i].ns,
+                    .bytes = copy.data() + i * pb});
+  }
+  std::vector<TierMove> moves;  // write-through tiers are shared: none
+  NoSink none;
+  for (const std::unique_ptr<Tier>& t : tiers_) {
+    if (t->writes_through()) t->Put(puts, *mover_, none, &moves);
+  }
+  return puts.size();
 }
 
 void TierChain::Flush() {

@@ -29,6 +29,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -117,6 +118,16 @@ class TierChain {
     demote_hook_ = std::move(hook);
   }
 
+  // Whether a tier takes committed blocks too (Tier::writes_through).
+  bool writes_through() const { return writes_through_; }
+  // Copies the pages of just-committed `blocks` out to host memory, then,
+  // if `still_held()` (the caller's proof that the pages stayed pinned
+  // through the copy) holds, puts them into the tiers that write through;
+  // else drops the copies. Returns how many blocks those tiers were
+  // offered.
+  size_t WriteThrough(absl::Span<const EvictedPage> blocks,
+                      absl::FunctionRef<bool()> still_held);
+
   // Every tier's Flush (SIGTERM).
   void Flush();
 
@@ -154,6 +165,7 @@ class TierChain {
   class Below;
 
   const std::vector<std::unique_ptr<Tier>> tiers_;
+  const bool writes_through_;
   // Set once by AttachPool, which happens before any Demote or Promote
   // (their callers found the pool through the registry, which publishes it
   // after AttachPool returns).

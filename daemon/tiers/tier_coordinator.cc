@@ -94,6 +94,23 @@ void TierCoordinator::AfterCommit(RadixTree* t, NamespaceId ns,
   Publish(moves, t->namespace_root(ns));
 }
 
+size_t TierCoordinator::WriteThrough(RadixTree* t, NamespaceId ns,
+                                     uint32_t page_size, const CommitResult& r,
+                                     absl::FunctionRef<bool()> still_held) {
+  if (r.inserted_keys.empty()) return 0;
+  const BlockKey root = t->namespace_root(ns);
+  std::vector<EvictedPage> blocks;
+  blocks.reserve(r.inserted_keys.size());
+  for (size_t i = 0; i < r.inserted_keys.size(); ++i) {
+    blocks.push_back({.block = {.key = r.inserted_keys[i],
+                                .root = root,
+                                .block_size = page_size},
+                      .page = r.inserted_pages[i],
+                      .ns = ns});
+  }
+  return chain_->WriteThrough(blocks, still_held);
+}
+
 TierCoordinator::TierMatch TierCoordinator::AfterMatch(
     const BlockKey& root, absl::Span<const BlockKey> keys,
     uint32_t matched) const {

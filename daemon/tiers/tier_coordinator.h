@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "daemon/tiers/tier.h"
@@ -58,6 +59,19 @@ class TierCoordinator {
   // older copies of them.
   void AfterCommit(RadixTree* tree, NamespaceId ns,
                    absl::Span<const BlockKey> keys);
+
+  // Whether committed blocks also go to a tier (write-through), in which
+  // case Cache commits without releasing, calls WriteThrough, then
+  // releases.
+  bool writes_through() const { return chain_->writes_through(); }
+  // After a Commit in namespace `ns` (blocks of page_size tokens) that
+  // inserted r.inserted_keys at r.inserted_pages and kept its lease, so
+  // those pages stay pinned while the lease lives: copies them to the
+  // write-through tiers if `still_held()` says the lease lived through the
+  // copy. Returns how many blocks went.
+  size_t WriteThrough(RadixTree* tree, NamespaceId ns, uint32_t page_size,
+                      const CommitResult& r,
+                      absl::FunctionRef<bool()> still_held);
 
   // After a Match in the namespace `root` found the first `matched` of the
   // prompt's blocks `keys`: the blocks of that namespace that follow,

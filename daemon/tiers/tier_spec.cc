@@ -90,6 +90,12 @@ absl::Status ParseRemoteKey(absl::string_view spec, absl::string_view key,
       return Bad(spec, absl::StrCat("remote: breaker_failures=", value,
                                     " is not in 1..1000"));
     }
+  } else if (key == "write") {
+    if (value != "evicted" && value != "all") {
+      return Bad(spec, absl::StrCat("remote: write=", value,
+                                    " is not evicted or all"));
+    }
+    out->write_all = value == "all";
   } else if (key == "breaker_cooldown") {
     if (!ParseDurationIn(value, absl::Milliseconds(1), absl::Hours(1),
                          &out->breaker_cooldown)) {

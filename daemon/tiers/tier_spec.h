@@ -9,6 +9,7 @@
 //   remote,addr=HOST:PORT[,addr=HOST:PORT...][,prefix=P][,user=U]
 //         [,password_file=FILE][,timeout=DUR][,ttl=DUR][,queue=SIZE]
 //         [,writers=N][,breaker_failures=N][,breaker_cooldown=DUR]
+//         [,write=evicted|all]
 //
 // A host tier is host memory (pinned under a cuda pool); a disk tier is one
 // file in DIR; a remote tier is a Redis Cluster (or server) that the fleet
@@ -54,6 +55,7 @@ struct TierSpec {
   int writers = 2;                                   // 1..16
   int breaker_failures = 5;                          // 1..1000
   absl::Duration breaker_cooldown = absl::Seconds(5);  // > 0
+  bool write_all = false;                              // write=all|evicted
 };
 
 // The tiers, top to bottom. INVALID_ARGUMENT naming --tier and the bad

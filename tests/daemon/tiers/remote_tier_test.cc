@@ -74,7 +74,8 @@ TEST(RemoteTierSpec, KeysAndErrorsNameTheKey) {
   auto s = ParseTierSpecs(
       "host,bytes=1MiB;remote,addr=127.0.0.1:7000,addr=[::1]:7001,prefix=fleet-a,"
       "timeout=20ms,ttl=1h,queue=8MiB,writers=3,breaker_failures=2,"
-      "breaker_cooldown=250ms,user=rkv,password_file=/etc/radixkv/store.pw");
+      "breaker_cooldown=250ms,user=rkv,password_file=/etc/radixkv/store.pw,"
+      "write=all");
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->size(), 2u);
   const TierSpec& r = (*s)[1];
@@ -90,6 +91,7 @@ TEST(RemoteTierSpec, KeysAndErrorsNameTheKey) {
   EXPECT_EQ(r.breaker_cooldown, absl::Milliseconds(250));
   EXPECT_EQ(r.user, "rkv");
   EXPECT_EQ(r.password_file, "/etc/radixkv/store.pw");
+  EXPECT_TRUE(r.write_all);
 
   const std::pair<const char*, const char*> bad[] = {
       {"remote", "remote: addr=HOST:PORT is required"},
@@ -101,6 +103,7 @@ TEST(RemoteTierSpec, KeysAndErrorsNameTheKey) {
       {"remote,addr=h:1,queue=0", "remote: queue=0 is not a size > 0"},
       {"remote,addr=h:1,breaker_failures=0", "breaker_failures=0 is not in 1..1000"},
       {"remote,addr=h:1,bogus=1", "remote: unknown key 'bogus'"},
+      {"remote,addr=h:1,write=some", "remote: write=some is not evicted or all"},
       {"remote,addr=h:1;host,bytes=1MiB", "a host tier goes above a remote tier"},
       {"remote,addr=h:1;remote,addr=h:2", "names the same kind of tier twice"},
   };

@@ -459,6 +459,16 @@ def test_a_corrupt_block_is_a_miss_and_a_removal_event(prompts, tier_dir,
     ("tape,bytes=1MiB", POOL, "unknown tier kind 'tape'"),
     ("disk,path={dir},bytes=1MiB", "host,bytes=64KiB", "page_bytes="),
     ("disk,path={dir},bytes=1MiB", "none,pages=16", "none pool"),
+    ("remote", POOL, "remote: addr=HOST:PORT is required"),
+    ("remote,addr=127.0.0.1", POOL, "remote: addr=\"127.0.0.1\": expected HOST:PORT"),
+    ("remote,addr=127.0.0.1:1,timeout=soon", POOL, "remote: timeout=soon"),
+    ("remote,addr=127.0.0.1:1,write=never", POOL, "remote: write=never"),
+    ("remote,addr=127.0.0.1:1,password_file={dir}/none", POOL,
+     "password_file={dir}/none: No such file"),
+    ("remote,addr=127.0.0.1:1,password_file={file}", POOL,
+     "is open to other users"),
+    ("remote,addr=127.0.0.1:1;disk,path={dir},bytes=1MiB", POOL,
+     "a disk tier goes above a remote tier"),
 ])
 def test_bad_tier_flags_are_clear_startup_errors(tmp_path, tier, pool, want):
     if "host memory" in want and \
@@ -471,7 +481,9 @@ def test_bad_tier_flags_are_clear_startup_errors(tmp_path, tier, pool, want):
                         "--metrics_listen=", f"--pool={pool}", f"--tier={spec}"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode in (1, 2), (r.returncode, r.stderr)
-    assert want in r.stderr, r.stderr
+    if spec.startswith("remote"):
+        assert r.returncode == 2, (r.returncode, r.stderr)
+    assert want.format(dir=tmp_path) in r.stderr, r.stderr
 
 
 def test_a_disk_tier_larger_than_the_free_space_is_a_configuration_error(
