@@ -84,6 +84,15 @@ absl::StatusOr<std::unique_ptr<Tier>> OpenTier(const TierSpec& t,
                           .breaker_failures = t.breaker_failures,
                           .breaker_cooldown = t.breaker_cooldown,
                           .write_all = t.write_all};
+      if (t.tls) {
+        absl::StatusOr<std::shared_ptr<ssl_ctx_st>> ctx =
+            MakeRedisTlsContext(t.tls_ca, t.tls_cert, t.tls_key);
+        if (!ctx.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--tier=remote: ", ctx.status().message()));
+        }
+        o.tls = {.ctx = *std::move(ctx), .server_name = t.tls_name};
+      }
       if (!t.password_file.empty()) {
         ASSIGN_OR_RETURN(o.auth.password, ReadPasswordFile(t.password_file));
       }

@@ -4,6 +4,9 @@
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -97,7 +100,64 @@ bool ParseRedirect(absl::string_view msg, absl::string_view word,
   return true;
 }
 
+std::string SslError() {
+  const unsigned long e = ERR_get_error();
+  if (e == 0) return "no detail";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof(buf));
+  ERR_clear_error();
+  return buf;
+}
+
+bool IsIpAddress(const std::string& host) {
+  in6_addr a6;
+  in_addr a4;
+  return inet_pton(AF_INET, host.c_str(), &a4) == 1 ||
+         inet_pton(AF_INET6, host.c_str(), &a6) == 1;
+}
+
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<ssl_ctx_st>> MakeRedisTlsContext(
+    const std::string& ca_file, const std::string& cert_file,
+    const std::string& key_file) {
+  std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
+  if (ctx == nullptr) {
+    return absl::InternalError(absl::StrCat("SSL_CTX_new: ", SslError()));
+  }
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  if (ca_file.empty()) {
+    if (SSL_CTX_set_default_verify_paths(ctx.get()) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tls: the system's CA certificates: ", SslError()));
+    }
+  } else if (SSL_CTX_load_verify_locations(ctx.get(), ca_file.c_str(),
+                                           nullptr) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tls_ca=", ca_file, ": not a readable PEM certificate file (",
+        SslError(), ")"));
+  }
+  if (cert_file.empty() != key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_cert= and tls_key= go together (a client certificate and its key)");
+  }
+  if (!cert_file.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(ctx.get(), cert_file.c_str()) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tls_cert=", cert_file, ": not a readable PEM certificate (",
+          SslError(), ")"));
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx.get(), key_file.c_str(),
+                                    SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx.get()) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tls_key=", key_file, ": not the PEM key of tls_cert= (",
+          SslError(), ")"));
+    }
+  }
+  return ctx;
+}
 
 std::string RedisEndpoint::ToString() const {
   if (host.find(':') != std::string::npos) {
@@ -149,11 +209,13 @@ class RedisCluster::Conn {
  public:
   explicit Conn(RedisEndpoint e) : endpoint_(std::move(e)) {}
   ~Conn() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
     if (fd_ >= 0) close(fd_);
     if (reader_ != nullptr) redisReaderFree(reader_);
   }
 
-  absl::Status Open(const RedisAuth& auth, absl::Time deadline) {
+  absl::Status Open(const RedisAuth& auth, const RedisTls& tls,
+                    absl::Time deadline) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -198,6 +260,10 @@ class RedisCluster::Conn {
     }
     freeaddrinfo(res);
     if (fd_ < 0) return last;
+    if (tls.ctx != nullptr) {
+      absl::Status st = Handshake(tls, deadline);
+      if (!st.ok()) return st;
+    }
     reader_ = redisReaderCreate();
     if (reader_ == nullptr) return absl::ResourceExhaustedError("redisReaderCreate");
     if (auth.password.empty()) return absl::OkStatus();
@@ -233,16 +299,82 @@ class RedisCluster::Conn {
     return out;
   }
 
+  absl::Status Handshake(const RedisTls& tls, absl::Time deadline) {
+    ssl_ = SSL_new(tls.ctx.get());
+    if (ssl_ == nullptr || SSL_set_fd(ssl_, fd_) != 1) {
+      return absl::InternalError(absl::StrCat("SSL_new: ", SslError()));
+    }
+    const std::string& name =
+        tls.server_name.empty() ? endpoint_.host : tls.server_name;
+    if (IsIpAddress(name)) {
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), name.c_str());
+    } else {
+      SSL_set_tlsext_host_name(ssl_, name.c_str());
+      SSL_set1_host(ssl_, name.c_str());
+    }
+    for (;;) {
+      const int rc = SSL_connect(ssl_);
+      if (rc == 1) return absl::OkStatus();
+      const int err = SSL_get_error(ssl_, rc);
+      if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) {
+        const long verify = SSL_get_verify_result(ssl_);
+        return absl::UnavailableError(absl::StrCat(
+            "TLS with ", endpoint_.ToString(), " failed: ",
+            verify != X509_V_OK ? X509_verify_cert_error_string(verify)
+                                : SslError().c_str()));
+      }
+      pollfd p{.fd = fd_,
+               .events = static_cast<short>(err == SSL_ERROR_WANT_READ ? POLLIN
+                                                                     : POLLOUT),
+               .revents = 0};
+      if (poll(&p, 1, MillisLeft(deadline)) == 0) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "TLS with ", endpoint_.ToString(), ": no handshake by the deadline"));
+      }
+    }
+  }
+
+  // One read or write: bytes moved (> 0), 0 at end of stream, or -1 with
+  // *wait set to POLLIN / POLLOUT to wait for, or 0 for an error (errno).
+  ssize_t Io(bool write, void* buf, size_t n, short* wait) {
+    *wait = 0;
+    if (ssl_ == nullptr) {
+      const ssize_t r = write ? send(fd_, buf, n, MSG_NOSIGNAL) : recv(fd_, buf, n, 0);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        *wait = write ? POLLOUT : POLLIN;
+      } else if (r < 0 && errno == EINTR) {
+        *wait = write ? POLLOUT : POLLIN;
+      }
+      return r;
+    }
+    const int len = static_cast<int>(std::min<size_t>(n, 1 << 30));
+    const int r = write ? SSL_write(ssl_, buf, len) : SSL_read(ssl_, buf, len);
+    if (r > 0) return r;
+    switch (SSL_get_error(ssl_, r)) {
+      case SSL_ERROR_WANT_READ:
+        *wait = POLLIN;
+        return -1;
+      case SSL_ERROR_WANT_WRITE:
+        *wait = POLLOUT;
+        return -1;
+      case SSL_ERROR_ZERO_RETURN:
+        return 0;
+      default:
+        errno = EPROTO;
+        return -1;
+    }
+  }
+
   absl::Status Send(absl::string_view bytes, absl::Time deadline) {
     while (!bytes.empty()) {
-      const ssize_t n = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      short wait = 0;
+      const ssize_t n = Io(true, const_cast<char*>(bytes.data()), bytes.size(), &wait);
       if (n > 0) {
         bytes.remove_prefix(static_cast<size_t>(n));
         continue;
       }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        pollfd p{.fd = fd_, .events = POLLOUT, .revents = 0};
+      if (n < 0 && wait != 0) {
+        pollfd p{.fd = fd_, .events = wait, .revents = 0};
         const int rc = poll(&p, 1, MillisLeft(deadline));
         if (rc == 0) {
           return absl::DeadlineExceededError(absl::StrCat(
@@ -269,7 +401,8 @@ class RedisCluster::Conn {
         freeReplyObject(reply);
         return absl::OkStatus();
       }
-      const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+      short wait = 0;
+      const ssize_t n = Io(false, buf, sizeof(buf), &wait);
       if (n > 0) {
         if (redisReaderFeed(reader_, buf, static_cast<size_t>(n)) != REDIS_OK) {
           return absl::DataLossError(absl::StrCat(
@@ -281,9 +414,8 @@ class RedisCluster::Conn {
         return absl::UnavailableError(
             absl::StrCat(endpoint_.ToString(), " closed the connection"));
       }
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+      if (wait != 0) {
+        pollfd p{.fd = fd_, .events = wait, .revents = 0};
         if (poll(&p, 1, MillisLeft(deadline)) == 0) {
           return absl::DeadlineExceededError(absl::StrCat(
               "no reply from ", endpoint_.ToString(), " by the deadline"));
@@ -298,6 +430,7 @@ class RedisCluster::Conn {
  private:
   const RedisEndpoint endpoint_;
   int fd_ = -1;
+  SSL* ssl_ = nullptr;
   redisReader* reader_ = nullptr;
 };
 
@@ -319,7 +452,7 @@ int RedisCluster::NodeIndex(const RedisEndpoint& e) {
 absl::Status RedisCluster::EnsureConnected(Node& node, absl::Time deadline) {
   if (node.conn != nullptr) return absl::OkStatus();
   auto conn = std::make_unique<Conn>(node.endpoint);
-  absl::Status s = conn->Open(options_.auth, deadline);
+  absl::Status s = conn->Open(options_.auth, options_.tls, deadline);
   if (!s.ok()) return s;
   node.conn = std::move(conn);
   return absl::OkStatus();

@@ -11,7 +11,7 @@
 //
 // The RESP codec is hiredis's (its reader and command formatter); the
 // sockets are this file's own, non-blocking and polled against the
-// deadline, so no call waits past it. The slot map comes from CLUSTER
+// deadline, so no call waits past it, with TLS through OpenSSL when asked. The slot map comes from CLUSTER
 // SLOTS and is refreshed after a MOVED; a server with cluster support
 // disabled serves every slot.
 //
@@ -31,6 +31,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
 
 namespace radixkv::daemon {
 
@@ -52,6 +54,21 @@ absl::StatusOr<RedisEndpoint> ParseRedisEndpoint(absl::string_view s);
 // modulo 16384.
 uint16_t RedisKeySlot(absl::string_view key);
 
+// TLS to the store (null ctx: plain TCP). Peers are verified against the
+// context's CA and the name: server_name when set, else the node's host
+// (its IP address for an address).
+struct RedisTls {
+  std::shared_ptr<ssl_ctx_st> ctx;
+  std::string server_name;
+};
+
+// A client TLS context: verifies the store against `ca_file` (PEM); with
+// cert_file and key_file, presents that client certificate too.
+// INVALID_ARGUMENT naming the file that cannot be used.
+absl::StatusOr<std::shared_ptr<ssl_ctx_st>> MakeRedisTlsContext(
+    const std::string& ca_file, const std::string& cert_file,
+    const std::string& key_file);
+
 struct RedisAuth {
   std::string user;      // empty: AUTH password (the default user)
   std::string password;  // empty: no AUTH
@@ -70,6 +87,7 @@ class RedisCluster {
   struct Options {
     std::vector<RedisEndpoint> seeds;  // at least one
     RedisAuth auth;
+    RedisTls tls;
   };
   explicit RedisCluster(Options options);
   ~RedisCluster();

@@ -148,7 +148,9 @@ std::unique_ptr<RedisCluster> RemoteTier::Borrow() const {
     }
   }
   return std::make_unique<RedisCluster>(
-      RedisCluster::Options{.seeds = options_.seeds, .auth = options_.auth});
+      RedisCluster::Options{.seeds = options_.seeds,
+                            .auth = options_.auth,
+                            .tls = options_.tls});
 }
 
 void RemoteTier::Return(std::unique_ptr<RedisCluster> c) const {

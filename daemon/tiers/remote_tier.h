@@ -61,6 +61,7 @@ namespace radixkv::daemon {
 struct RemoteTierOptions {
   std::vector<RedisEndpoint> seeds;  // at least one node of the store
   RedisAuth auth;
+  RedisTls tls;                      // ctx null: plain TCP
   std::string prefix = "rkv";      // key prefix: one fleet's blocks
   uint64_t page_bytes = 0;
   absl::Duration timeout = absl::Milliseconds(100);  // per store call

@@ -90,6 +90,20 @@ absl::Status ParseRemoteKey(absl::string_view spec, absl::string_view key,
       return Bad(spec, absl::StrCat("remote: breaker_failures=", value,
                                     " is not in 1..1000"));
     }
+  } else if (key == "tls") {
+    if (value != "on" && value != "off") {
+      return Bad(spec, absl::StrCat("remote: tls=", value, " is not on or off"));
+    }
+    out->tls = value == "on";
+  } else if (key == "tls_ca" || key == "tls_cert" || key == "tls_key" ||
+             key == "tls_name") {
+    if (value.empty()) return Bad(spec, absl::StrCat("remote: ", key, " is empty"));
+    std::string* dst = key == "tls_ca"     ? &out->tls_ca
+                       : key == "tls_cert" ? &out->tls_cert
+                       : key == "tls_key"  ? &out->tls_key
+                                           : &out->tls_name;
+    *dst = std::string(value);
+    out->tls = true;
   } else if (key == "write") {
     if (value != "evicted" && value != "all") {
       return Bad(spec, absl::StrCat("remote: write=", value,

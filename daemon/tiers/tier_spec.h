@@ -9,7 +9,8 @@
 //   remote,addr=HOST:PORT[,addr=HOST:PORT...][,prefix=P][,user=U]
 //         [,password_file=FILE][,timeout=DUR][,ttl=DUR][,queue=SIZE]
 //         [,writers=N][,breaker_failures=N][,breaker_cooldown=DUR]
-//         [,write=evicted|all]
+//         [,write=evicted|all][,tls=on][,tls_ca=FILE][,tls_cert=FILE]
+//         [,tls_key=FILE][,tls_name=NAME]
 //
 // A host tier is host memory (pinned under a cuda pool); a disk tier is one
 // file in DIR; a remote tier is a Redis Cluster (or server) that the fleet
@@ -56,6 +57,10 @@ struct TierSpec {
   int breaker_failures = 5;                          // 1..1000
   absl::Duration breaker_cooldown = absl::Seconds(5);  // > 0
   bool write_all = false;                              // write=all|evicted
+  // TLS (tls=on, or any tls_ key): the CA file (default: the system's),
+  // a client certificate and key, the name to verify (default: the host).
+  bool tls = false;
+  std::string tls_ca, tls_cert, tls_key, tls_name;
 };
 
 // The tiers, top to bottom. INVALID_ARGUMENT naming --tier and the bad

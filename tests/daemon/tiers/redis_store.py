@@ -11,7 +11,9 @@ As a module:
 
 As a ctest fixture (FIXTURES_SETUP / FIXTURES_CLEANUP):
     redis_store.py start DIR   # writes DIR/addrs (one HOST:PORT per line)
-                               # and DIR/password (mode 600)
+                               # and DIR/password (mode 600); and a TLS
+                               # server without cluster mode: DIR/tls_addr,
+                               # DIR/ca.crt (its CA), DIR/other-ca.crt
     redis_store.py stop DIR
 
 `prefix` runs every command under another (e.g. "ip netns exec NS"), and
@@ -154,6 +156,47 @@ class RedisStore:
         self.procs = {}
 
 
+def make_certs(d, host="127.0.0.1"):
+    """A CA, a server certificate for `host` signed by it, and a second CA
+    that signed nothing (for a store that must not be trusted)."""
+    def ssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+    for ca in ("ca", "other-ca"):
+        ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            "-subj", "/CN=radixkv test " + ca, "-keyout", ca + ".key",
+            "-out", ca + ".crt")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + host,
+        "-keyout", "server.key", "-out", "server.csr")
+    with open(os.path.join(d, "ext"), "w") as f:
+        f.write("subjectAltName=IP:%s,DNS:localhost\n" % host)
+    ssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey",
+        "ca.key", "-CAcreateserial", "-days", "2", "-extfile", "ext",
+        "-out", "server.crt")
+
+
+def start_tls_server(d, host="127.0.0.1"):
+    """One redis-server without cluster mode, TLS only, on a free port."""
+    make_certs(d, host)
+    port = free_ports(1, host)[0]
+    proc = subprocess.Popen(
+        [REDIS_SERVER, "--port", "0", "--tls-port", str(port), "--bind", host,
+         "--tls-cert-file", os.path.join(d, "server.crt"),
+         "--tls-key-file", os.path.join(d, "server.key"),
+         "--tls-ca-cert-file", os.path.join(d, "ca.crt"),
+         "--tls-auth-clients", "no", "--save", "", "--appendonly", "no",
+         "--dir", d, "--logfile", os.path.join(d, "redis-tls.log")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        r = subprocess.run([REDIS_CLI, "--tls", "--cacert",
+                            os.path.join(d, "ca.crt"), "-h", host, "-p",
+                            str(port), "PING"], capture_output=True, text=True)
+        if "PONG" in r.stdout:
+            return proc, "%s:%d" % (host, port)
+        time.sleep(0.05)
+    raise RuntimeError("the TLS redis-server did not start")
+
+
 def main(argv):
     if len(argv) != 3 or argv[1] not in ("start", "stop"):
         sys.stderr.write("usage: redis_store.py start|stop DIR\n")
@@ -171,8 +214,12 @@ def main(argv):
         with open(pw, "w") as f:
             f.write(store.password + "\n")
         os.chmod(pw, 0o600)
+        tls, tls_addr = start_tls_server(d)
+        with open(os.path.join(d, "tls_addr"), "w") as f:
+            f.write(tls_addr + "\n")
         with open(os.path.join(d, "pids"), "w") as f:
-            f.write("\n".join(str(p.pid) for p in store.procs.values()) + "\n")
+            f.write("\n".join(str(p.pid) for p in
+                              list(store.procs.values()) + [tls]) + "\n")
         return 0
     try:
         with open(os.path.join(d, "pids")) as f:

@@ -104,6 +104,8 @@ TEST(RemoteTierSpec, KeysAndErrorsNameTheKey) {
       {"remote,addr=h:1,breaker_failures=0", "breaker_failures=0 is not in 1..1000"},
       {"remote,addr=h:1,bogus=1", "remote: unknown key 'bogus'"},
       {"remote,addr=h:1,write=some", "remote: write=some is not evicted or all"},
+      {"remote,addr=h:1,tls=maybe", "remote: tls=maybe is not on or off"},
+      {"remote,addr=h:1,tls_ca=", "remote: tls_ca is empty"},
       {"remote,addr=h:1;host,bytes=1MiB", "a host tier goes above a remote tier"},
       {"remote,addr=h:1;remote,addr=h:2", "names the same kind of tier twice"},
   };
@@ -384,6 +386,62 @@ TEST_F(RemoteTierTest, CorruptTruncatedOrForeignValuesAreMisses) {
   }
   EXPECT_EQ(remote->stats().checksum_failures, 3u);
   EXPECT_EQ(remote->stats().promotions, 3u);
+}
+
+TEST_F(RemoteTierTest, TlsToAServerWithoutClusterModeAndAnUntrustedOne) {
+  const char* dir = std::getenv("RADIXKV_TEST_REDIS");
+  if (dir == nullptr || *dir == '\0') GTEST_SKIP() << "run through ctest";
+  std::ifstream in(absl::StrCat(dir, "/tls_addr"));
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  auto addr = ParseRedisEndpoint(line);
+  ASSERT_TRUE(addr.ok());
+  auto ctx = MakeRedisTlsContext(absl::StrCat(dir, "/ca.crt"), "", "");
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  RemoteTierOptions o = Options({*addr}, "");
+  o.tls = {.ctx = *ctx};
+  auto opened = RemoteTier::Open(o);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<RemoteTier> remote = *std::move(opened);
+  auto mover = PageMover::Create(pool_.get());
+  ASSERT_TRUE(mover.ok());
+  FillPage(0, 0x5a);
+  FillPage(1, 0xa5);
+  std::vector<TierMove> moves;
+  NullSinkForTest below;
+  remote->Put({{.block = Block(0), .page = 0}, {.block = Block(1), .page = 1}},
+              **mover, below, &moves);
+  remote->Flush();
+  EXPECT_EQ(remote->stats().demotions, 2u);
+  FillPage(8, 0);
+  FillPage(9, 0);
+  const BlockKey keys[] = {Key(0), Key(1)};
+  const uint64_t pages[] = {8, 9};
+  ASSERT_EQ(remote->TakeIn(kRoot, keys, pages, **mover, &moves), 2u);
+  EXPECT_EQ(Page(8)[100], 0x5a);
+  EXPECT_EQ(Page(9)[4000], 0xa5);
+
+  // A store whose certificate this CA did not sign is never talked to.
+  auto other = MakeRedisTlsContext(absl::StrCat(dir, "/other-ca.crt"), "", "");
+  ASSERT_TRUE(other.ok());
+  RedisCluster untrusted({.seeds = {*addr}, .tls = {.ctx = *other}});
+  absl::Status s = untrusted.Connect(absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("certificate"));
+  // Nor one whose name is not the certificate's.
+  RedisCluster misnamed({.seeds = {*addr},
+                         .tls = {.ctx = *ctx, .server_name = "store.example"}});
+  EXPECT_FALSE(misnamed.Connect(absl::Now() + absl::Seconds(5)).ok());
+  // And plain TCP to a TLS port fails, never hangs past the deadline.
+  RedisCluster plain({.seeds = {*addr}});
+  EXPECT_FALSE(plain.Connect(absl::Now() + absl::Milliseconds(500)).ok());
+
+  EXPECT_THAT(std::string(MakeRedisTlsContext("/nonexistent.crt", "", "")
+                              .status().message()),
+              HasSubstr("tls_ca=/nonexistent.crt"));
+  EXPECT_THAT(std::string(MakeRedisTlsContext("", "/x.crt", "")
+                              .status().message()),
+              HasSubstr("go together"));
 }
 
 TEST_F(RemoteTierTest, AStoreThatDoesNotAnswerCostsHitsNotRequests) {

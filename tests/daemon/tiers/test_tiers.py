@@ -467,6 +467,8 @@ def test_a_corrupt_block_is_a_miss_and_a_removal_event(prompts, tier_dir,
      "password_file={dir}/none: No such file"),
     ("remote,addr=127.0.0.1:1,password_file={file}", POOL,
      "is open to other users"),
+    ("remote,addr=127.0.0.1:1,tls_ca={dir}/none.crt", POOL,
+     "--tier=remote: tls_ca={dir}/none.crt: not a readable PEM"),
     ("remote,addr=127.0.0.1:1;disk,path={dir},bytes=1MiB", POOL,
      "a disk tier goes above a remote tier"),
 ])
