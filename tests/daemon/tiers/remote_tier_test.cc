@@ -271,6 +271,77 @@ TEST_F(RemoteTierTest, ClusterRoutesEverySlotAndFollowsRedirections) {
   }
 }
 
+// redis-cli's answer to `args` on node `e` (the fixture's password).
+std::string Cli(const RedisEndpoint& e, const std::string& pw,
+                const std::string& args) {
+  const std::string cmd =
+      absl::StrCat("REDISCLI_AUTH=", pw, " redis-cli --no-auth-warning -h ",
+                   e.host, " -p ", e.port, " ", args, " 2>&1");
+  std::string out;
+  if (FILE* f = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    pclose(f);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+TEST_F(RemoteTierTest, ASlotMovingMidRunIsFollowedByAskThenMoved) {
+  std::vector<RedisEndpoint> seeds;
+  std::string pw;
+  REQUIRE_STORE(seeds, pw);
+  RedisCluster c({.seeds = {seeds[0]}, .auth = {.password = pw}});
+  ASSERT_TRUE(c.Connect(absl::Now() + absl::Seconds(5)).ok());
+  const std::string key = absl::StrCat(prefix_, ":moving");
+  const uint16_t slot = RedisKeySlot(key);
+  std::vector<RedisCluster::Result> out;
+  c.Run({{.argv = {"SET", key, "payload"}, .key = key}},
+        absl::Now() + absl::Seconds(5), &out);
+  ASSERT_TRUE(out[0].status.ok()) << out[0].status;
+  // Which shard owns the slot, and another to move it to.
+  const RedisEndpoint* src = nullptr;
+  const RedisEndpoint* dst = nullptr;
+  for (const RedisEndpoint& e : seeds) {
+    if (Cli(e, pw, absl::StrCat("CLUSTER COUNTKEYSINSLOT ", slot)) == "1") src = &e;
+  }
+  ASSERT_NE(src, nullptr);
+  for (const RedisEndpoint& e : seeds) {
+    if (!(e == *src)) dst = &e;
+  }
+  const std::string src_id = Cli(*src, pw, "CLUSTER MYID");
+  const std::string dst_id = Cli(*dst, pw, "CLUSTER MYID");
+  ASSERT_EQ(Cli(*dst, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " IMPORTING ", src_id)), "OK");
+  ASSERT_EQ(Cli(*src, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " MIGRATING ", dst_id)), "OK");
+  ASSERT_EQ(Cli(*src, pw, absl::StrCat("MIGRATE ", dst->host, " ", dst->port,
+                                       " \"\" 0 5000 AUTH ", pw, " KEYS ", key)),
+            "OK");
+  // Mid-migration: the old owner answers ASK; the client asks the new one.
+  c.Run({{.argv = {"GET", key}, .key = key}}, absl::Now() + absl::Seconds(5), &out);
+  ASSERT_TRUE(out[0].status.ok()) << out[0].status;
+  EXPECT_EQ(out[0].reply.str, "payload");
+  // Done: every node learns the new owner; the old one answers MOVED.
+  for (const RedisEndpoint& e : seeds) {
+    EXPECT_EQ(Cli(e, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " NODE ", dst_id)), "OK");
+  }
+  c.Run({{.argv = {"GET", key}, .key = key}}, absl::Now() + absl::Seconds(5), &out);
+  ASSERT_TRUE(out[0].status.ok()) << out[0].status;
+  EXPECT_EQ(out[0].reply.str, "payload");
+  // And back, so that the fixture's layout is as it was.
+  for (const RedisEndpoint& e : seeds) {
+    Cli(e, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " STABLE"));
+  }
+  ASSERT_EQ(Cli(*src, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " IMPORTING ", dst_id)), "OK");
+  ASSERT_EQ(Cli(*dst, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " MIGRATING ", src_id)), "OK");
+  EXPECT_EQ(Cli(*dst, pw, absl::StrCat("MIGRATE ", src->host, " ", src->port,
+                                       " \"\" 0 5000 AUTH ", pw, " KEYS ", key)),
+            "OK");
+  for (const RedisEndpoint& e : seeds) {
+    EXPECT_EQ(Cli(e, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " NODE ", src_id)), "OK");
+  }
+}
+
 TEST_F(RemoteTierTest, WrongPasswordIsAConfigurationError) {
   std::vector<RedisEndpoint> seeds;
   std::string pw;
