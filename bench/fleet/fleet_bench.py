@@ -48,10 +48,11 @@ import kv_subscriber  # noqa: E402
 import fleet_sim  # noqa: E402
 
 PAGE_SIZE = 512
+PAGE_BYTES = 4096  # the bench namespace's page: fp16 K and V, one 2-wide head
 
 
 class FleetDaemon:
-    def __init__(self, radixkvd, k, pages):
+    def __init__(self, radixkvd, k, pages, tier=None):
         import grpc
         from radixkv import pb_grpc
         self.sock = "/tmp/rkfleet%d_%d.sock" % (os.getpid(), k)
@@ -64,7 +65,11 @@ class FleetDaemon:
             os.unlink(self.sock)
         self.proc = subprocess.Popen(
             [radixkvd, "--socket=" + self.sock, "--metrics_listen=",
-             "--pool=none,pages=%d" % pages, "--max_prompt_tokens=1048576",
+             ("--pool=none,pages=%d" % pages if tier is None else
+              "--pool=host,bytes=%d,page_bytes=%d" % (pages * PAGE_BYTES,
+                                                      PAGE_BYTES)),
+             "--max_prompt_tokens=1048576"] + \
+            ([] if tier is None else ["--tier=" + tier]) + [
              # as in the simulation: one session may pin the whole pool
              "--max_pinned_pages_per_session=%d" % pages,
              "--shutdown_grace=1s", "--kv_events_endpoint=" + self.pub,
@@ -90,6 +95,24 @@ class FleetDaemon:
         self.log.close()
 
 
+def remote_stats(d):
+    from radixkv import pb
+    for t in d.admin.GetStats(pb.GetStatsRequest(), timeout=10).stats.tiers:
+        if t.kind == "remote":
+            return t
+    return None
+
+
+def wait_written(d, timeout=10.0):
+    """Until daemon d's staged writes are in the shared store (the
+    simulation's store is written at once)."""
+    deadline = time.time() + timeout
+    while remote_stats(d).pending_blocks:
+        if time.time() > deadline:
+            raise RuntimeError("the shared tier's writes did not finish")
+        time.sleep(0.0005)
+
+
 def wait_for(index, key_hash, timeout=10.0):
     """Until `index` holds key_hash (the request's last block); after a
     quiet second, asks the replay socket for what the stream did not
@@ -104,12 +127,18 @@ def wait_for(index, key_hash, timeout=10.0):
             index.probe()
 
 
-def run_policy(args, policy, trace):
+def run_policy(args, policy, trace, store=None):
     import radixkv
     spec = radixkv.NamespaceSpec(model="fleet", num_layers=1, num_kv_heads=1,
-                                 head_dim=8, page_size=PAGE_SIZE, dtype="fp16")
+                                 head_dim=2, page_size=PAGE_SIZE, dtype="fp16")
+    assert spec.page_bytes == PAGE_BYTES
     pages = fleet_sim.split_capacity(args.capacity, args.daemons)
-    daemons = [FleetDaemon(args.radixkvd, k, p or (1 << 21))
+    tier = None
+    if store is not None:
+        # Each policy starts from an empty store of its own.
+        tier = "remote,addr=%s,prefix=%s-%s,timeout=2s,queue=256MiB,write=%s" % (
+            store.addrs[0], "fleet%d" % os.getpid(), policy, args.shared)
+    daemons = [FleetDaemon(args.radixkvd, k, p or (1 << 21), tier)
                for k, p in enumerate(pages)]
     try:
         indexes = []
@@ -147,6 +176,8 @@ def run_policy(args, policy, trace):
                 lease.release()
             if got:
                 wait_for(indexes[k], keys[m + got - 1])
+            if store is not None:
+                wait_written(daemons[k])
             placement.append(k)
             matched.append(m)
             blocks += len(hash_ids)
@@ -159,14 +190,28 @@ def run_policy(args, policy, trace):
             c.close()
         for idx in indexes:
             idx.close()
-        return {"policy": policy, "daemons": args.daemons,
+        moved = {}
+        if store is not None:
+            rs = [remote_stats(d) for d in daemons]
+            moved = {"shared": args.shared,
+                     "promoted_blocks": sum(r.promoted_blocks for r in rs),
+                     "shared_bytes_read": sum(r.bytes_read for r in rs),
+                     "shared_bytes_written": sum(r.bytes_written for r in rs),
+                     "shared_errors": sum(r.read_errors + r.write_errors +
+                                          r.checksum_failures + r.dropped_full +
+                                          r.dropped_error for r in rs)}
+            hits = sum(matched)
+            moved["bytes_moved_per_hit"] = round(
+                (moved["shared_bytes_read"] + moved["shared_bytes_written"]) /
+                hits, 1) if hits else 0.0
+        return dict({"policy": policy, "daemons": args.daemons,
                 "capacity": args.capacity, "requests": len(trace),
                 "blocks": blocks, "matched_blocks": sum(matched),
                 "hit_ratio": sum(matched) / blocks if blocks else 0.0,
                 "per_daemon_requests": loads, "indexes_exact": exact,
                 "gaps": sum(x.gaps for x in indexes),
                 "resyncs": sum(x.resyncs for x in indexes),
-                "elapsed_s": round(elapsed, 1)}, placement, matched
+                "elapsed_s": round(elapsed, 1)}, **moved), placement, matched
     finally:
         for d in daemons:
             d.stop()
@@ -182,6 +227,11 @@ def main(argv):
     p.add_argument("--policies", default="rr,prefix,prefix_bounded")
     p.add_argument("--requests", type=int, default=0,
                    help="replay only the first N requests (0: all)")
+    p.add_argument("--shared", choices=("none", "evicted", "all"),
+                   default="none",
+                   help="a remote tier the daemons share, in a three-shard "
+                   "Redis Cluster started here: fed by evictions, or by "
+                   "every commit too")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     policies = args.policies.split(",")
@@ -195,10 +245,32 @@ def main(argv):
     trace = fleet_sim.load_trace(
         args.trace or os.path.join(args.build_dir, "data",
                                    "conversation_trace.jsonl"), args.requests)
+    store = None
+    if args.shared != "none":
+        if args.capacity == 0:
+            p.print_usage(sys.stderr)
+            return 3
+        sys.path.insert(0, os.path.join(REPO, "tests", "daemon", "tiers"))
+        import redis_store
+        import tempfile
+        store = redis_store.RedisStore(tempfile.mkdtemp(prefix="rkfleet"),
+                                       shards=3, maxmemory="2gb").start()
     ok = True
-    for policy in policies:
-        measured, placement, matched = run_policy(args, policy, trace)
-        sim = fleet_sim.simulate(trace, args.capacity, args.daemons, policy)
+    try:
+        for policy in policies:
+            ok = run_one(args, policy, trace, store) and ok
+    finally:
+        if store is not None:
+            store.stop()
+    return 0 if ok else 1
+
+
+def run_one(args, policy, trace, store):
+    if True:
+        measured, placement, matched = run_policy(args, policy, trace, store)
+        sim = fleet_sim.simulate(
+            trace, args.capacity, args.daemons, policy,
+            None if args.shared == "none" else args.shared)
         same = sim["placement"] == placement and sim["matched"] == matched
         if not same:
             measured["first_difference"] = next(
@@ -208,7 +280,10 @@ def main(argv):
         measured["simulated_hit_ratio"] = sim["hit_ratio"]
         measured["simulated_matched_blocks"] = sim["matched_blocks"]
         measured["matches_simulation"] = same
-        ok = ok and same and measured["indexes_exact"]
+        ok = same and measured["indexes_exact"]
+        if store is not None:
+            measured["simulated_promoted_blocks"] = sim["promoted_blocks"]
+            ok = ok and measured["shared_errors"] == 0
         if args.json:
             print(json.dumps(measured, sort_keys=True))
         else:
@@ -221,7 +296,7 @@ def main(argv):
                               "exact" if measured["indexes_exact"] else "WRONG",
                               measured["elapsed_s"]))
         sys.stdout.flush()
-    return 0 if ok else 1
+    return ok
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ two must agree request by request.
 
 Standard library only. Run with /usr/bin/python3.
 
-  bench/sim/fleet_sim.py --capacity=9000 --daemons=3 --policy=prefix [--json]
+  bench/sim/fleet_sim.py --capacity=9000 --daemons=3 --policy=prefix \\
+      [--shared=none|evicted|all] [--json]
   bench/sim/fleet_sim.py --self_test
 """
 
@@ -84,28 +85,66 @@ def split_capacity(capacity, daemons):
     return [capacity // daemons] * daemons
 
 
-def simulate(requests, capacity, daemons, policy):
+def pool_match_len(cache, hash_ids):
+    """Longest prefix of hash_ids in a TwoTierCache's pool (what a router
+    learns from a daemon's events: the shared tier publishes none)."""
+    parent, n = 0, 0
+    for block_id in hash_ids:
+        pid = cache.path_ids.get((parent, block_id))
+        if pid is None or pid not in cache.pool:
+            break
+        parent, n = pid, n + 1
+    return n
+
+
+SHARED = (None, "evicted", "all")
+
+
+def simulate(requests, capacity, daemons, policy, shared=None):
     """requests: lists of hash ids. Returns the result dict, with the
-    per-request placement and matched counts."""
-    caches = [LeafLruCache(c) for c in split_capacity(capacity, daemons)]
+    per-request placement and matched counts. shared: None, or a tier
+    every daemon shares (tiered_sim.SharedStore, unbounded) that receives
+    the blocks daemons evict ("evicted") or also every block they commit
+    ("all"), and serves any daemon's next blocks after its own pool's."""
+    store = None
+    if shared is None:
+        caches = [LeafLruCache(c) for c in split_capacity(capacity, daemons)]
+    else:
+        from tiered_sim import SharedStore, TwoTierCache
+        assert capacity > 0, "a shared tier needs bounded pools"
+        store = SharedStore(write_all=shared == "all")
+        paths = {}
+        caches = [TwoTierCache(c, store, paths)
+                  for c in split_capacity(capacity, daemons)]
     loads = [0] * daemons
     placement, matched = [], []
     blocks = 0
     for i, hash_ids in enumerate(requests):
-        k = choose(policy, caches, loads, hash_ids, i)
+        if store is None:
+            k = choose(policy, caches, loads, hash_ids, i)
+        else:
+            lens = [0] * daemons if policy == "rr" else \
+                [pool_match_len(c, hash_ids) for c in caches]
+            k = pick(policy, lens, loads, i)
         loads[k] += 1
         m = caches[k].request(hash_ids, i + 1)
         placement.append(k)
         matched.append(m)
         blocks += len(hash_ids)
     total = sum(matched)
-    return {
+    out = {
         "policy": policy, "daemons": daemons, "capacity": capacity,
         "requests": len(requests), "blocks": blocks, "matched_blocks": total,
         "hit_ratio": total / blocks if blocks else 0.0,
         "per_daemon_requests": loads,
         "placement": placement, "matched": matched,
     }
+    if store is not None:
+        out["shared"] = shared
+        out["shared_puts"] = store.puts
+        out["shared_blocks"] = len(store)
+        out["promoted_blocks"] = sum(c.promoted for c in caches)
+    return out
 
 
 def load_trace(path, limit=0):
@@ -131,6 +170,18 @@ def self_test():
     # Capacity is split: 4 pages over 2 caches hold 2 each.
     r = simulate([[1, 2, 3]], 4, 2, "rr")
     assert r["matched"] == [0]
+    # A shared tier: what cache 0 evicts, cache 1 is served.
+    reqs = [[1, 2], [5, 6], [9], [1, 2]]
+    r = simulate(reqs, 4, 2, "rr")
+    assert r["matched"] == [0, 0, 0, 0], r["matched"]
+    r = simulate(reqs, 4, 2, "rr", shared="evicted")
+    # [1, 2] on 0, [5, 6] on 1, [9] on 0 evicts 2, [1, 2] on 1 evicts
+    # 6 and 5 and finds 1 not shared (0 still caches it): no hit.
+    assert r["matched"] == [0, 0, 0, 0], r["matched"]
+    r = simulate(reqs, 4, 2, "rr", shared="all")
+    # Every commit is shared: [1, 2] comes to cache 1 from the store.
+    assert r["matched"] == [0, 0, 0, 2] and r["promoted_blocks"] == 2, r
+    assert r["shared_blocks"] == 5, r
 
 
 def main(argv):
@@ -140,6 +191,10 @@ def main(argv):
                         help="total pages of the fleet; 0 = unbounded")
     parser.add_argument("--daemons", type=int, default=3)
     parser.add_argument("--policy", choices=POLICIES, default="prefix")
+    parser.add_argument("--shared", choices=("none", "evicted", "all"),
+                        default="none",
+                        help="a tier the daemons share: none, fed by their "
+                        "evictions, or by every commit too")
     parser.add_argument("--requests", type=int, default=0,
                         help="replay only the first N requests (0: all)")
     parser.add_argument("--json", action="store_true")
@@ -151,8 +206,11 @@ def main(argv):
         return 0
     if args.capacity < 0 or args.daemons < 1:
         parser.error("--capacity must be >= 0 and --daemons >= 1")
+    shared = None if args.shared == "none" else args.shared
+    if shared and args.capacity == 0:
+        parser.error("--shared needs a bounded --capacity")
     r = simulate(load_trace(args.trace, args.requests), args.capacity,
-                 args.daemons, args.policy)
+                 args.daemons, args.policy, shared)
     del r["placement"], r["matched"]
     if args.json:
         print(json.dumps(r, sort_keys=True))

@@ -42,16 +42,78 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from leaf_lru_sim import DEFAULT_TRACE, read_trace  # noqa: E402
 
 
-class TwoTierCache:
-    def __init__(self, capacity, tier):
-        assert capacity > 0 and tier >= 0
+class LruTier(collections.OrderedDict):
+    """A node's own tier: `capacity` blocks (0: none), forgetting the block
+    put longest ago; a promoted block leaves it, a block the pool caches
+    again is forgotten (a block is in one place)."""
+
+    def __init__(self, capacity):
+        super().__init__()
         self.capacity = capacity
-        self.tier_capacity = tier
-        self.path_ids = {}      # (parent path id, block id) -> path id
+
+    def put(self, pid):
+        if not self.capacity:
+            return
+        self.pop(pid, None)
+        if len(self) >= self.capacity:
+            self.popitem(last=False)
+        self[pid] = None
+
+    def take(self, pid):
+        if pid not in self:
+            return False
+        del self[pid]
+        return True
+
+    def forget(self, pid):
+        return self.pop(pid, 0) is None
+
+    def commit(self, pids):
+        pass
+
+
+class SharedStore(set):
+    """A tier every node shares (radixkvd's remote tier), unbounded: it
+    keeps what it is given; a promotion copies and leaves the block, and a
+    node caching a block again forgets nothing. With write_all it also
+    receives every block a node commits, not only those nodes evict."""
+
+    def __init__(self, write_all=False):
+        super().__init__()
+        self.write_all = write_all
+        self.puts = 0
+
+    def put(self, pid):
+        self.puts += 1
+        self.add(pid)
+
+    def take(self, pid):
+        return pid in self
+
+    def forget(self, pid):
+        return False
+
+    def commit(self, pids):
+        if self.write_all:
+            for pid in pids:
+                self.put(pid)
+
+
+class TwoTierCache:
+    """`tier`: a capacity in blocks for a node's own tier, or a tier object
+    (SharedStore) with `paths`, the path ids every node of a fleet shares."""
+
+    def __init__(self, capacity, tier, paths=None):
+        assert capacity > 0
+        self.capacity = capacity
+        self.path_ids = {} if paths is None else paths  # (parent, id) -> path id
         self.pool = {}          # path id -> [parent path id, time, children]
         self.heap = []          # (time, -depth, path id): leaf candidates
         self.depth = {0: 0}     # path id -> depth; 0 is the root
-        self.tier = collections.OrderedDict()  # path id -> None, oldest first
+        if isinstance(tier, int):
+            assert tier >= 0
+            tier = LruTier(tier)
+        self.tier = tier
         self.evicted = 0
         self.promoted = 0
         self.superseded = 0
@@ -62,6 +124,7 @@ class TwoTierCache:
         if pid is None:
             pid = len(self.path_ids) + 1
             self.path_ids[key] = pid
+        if pid not in self.depth:
             self.depth[pid] = self.depth[parent] + 1
         return pid
 
@@ -92,11 +155,7 @@ class TwoTierCache:
             self.pool[parent][2] -= 1
             self._push_if_leaf(parent)
         self.evicted += 1
-        if self.tier_capacity:
-            self.tier.pop(victim, None)
-            if len(self.tier) >= self.tier_capacity:
-                self.tier.popitem(last=False)
-            self.tier[victim] = None
+        self.tier.put(victim)
         return True
 
     def request(self, hash_ids, now):
@@ -116,14 +175,13 @@ class TwoTierCache:
                 continue
             granted += 1
         promoted = 0
-        while promoted < granted and pids[matched + promoted] in self.tier:
-            del self.tier[pids[matched + promoted]]
+        while promoted < granted and self.tier.take(pids[matched + promoted]):
             promoted += 1
         self.promoted += promoted
         for pid in pids[matched + promoted:matched + granted]:
-            if pid in self.tier:
-                del self.tier[pid]
+            if self.tier.forget(pid):
                 self.superseded += 1
+        self.tier.commit(pids[matched + promoted:matched + granted])
         parent = pids[matched - 1] if matched else 0
         for pid in pids[matched:matched + granted]:
             self.pool[pid] = [parent, now, 0]
@@ -144,7 +202,7 @@ def run(trace_path, capacity, tier):
         requests += 1
         blocks += len(hash_ids)
         matched += cache.request(hash_ids, requests)
-        assert len(cache.pool) <= capacity and len(cache.tier) <= max(tier, 0)
+        assert len(cache.pool) <= capacity and len(cache.tier) <= tier
     return {"capacity": capacity, "tier": tier, "requests": requests,
             "blocks": blocks, "matched_blocks": matched,
             "promoted_blocks": cache.promoted, "evicted": cache.evicted,

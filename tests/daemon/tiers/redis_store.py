@@ -50,13 +50,14 @@ def free_ports(n, host="127.0.0.1"):
 
 class RedisStore:
     def __init__(self, dir, shards=3, password=None, host="127.0.0.1",
-                 prefix=(), ports=None):
+                 prefix=(), ports=None, maxmemory="256mb"):
         self.dir = dir
         self.shards = shards
         self.password = password
         self.host = host
         self.prefix = list(prefix)
         self.ports = ports
+        self.maxmemory = maxmemory
         self.procs = {}
 
     @property
@@ -81,7 +82,7 @@ class RedisStore:
                 "--cluster-enabled", "yes", "--cluster-config-file", conf,
                 "--cluster-node-timeout", "2000", "--dir", self.dir,
                 "--save", "", "--appendonly", "no", "--protected-mode", "no",
-                "--maxmemory", "256mb", "--maxmemory-policy", "allkeys-lru",
+                "--maxmemory", self.maxmemory, "--maxmemory-policy", "allkeys-lru",
                 "--logfile", os.path.join(self.dir, "redis-%d.log" % port)]
         if self.password:
             args += ["--requirepass", self.password, "--masterauth",
