@@ -342,6 +342,49 @@ TEST_F(RemoteTierTest, ASlotMovingMidRunIsFollowedByAskThenMoved) {
   }
 }
 
+TEST_F(RemoteTierTest, AUserLimitedToItsPrefixAndCommandsIsEnough) {
+  std::vector<RedisEndpoint> seeds;
+  std::string pw;
+  REQUIRE_STORE(seeds, pw);
+  // The ACL docs/OPERATIONS.md recommends, on every shard.
+  const std::string user = absl::StrCat("rkv", getpid());
+  for (const RedisEndpoint& e : seeds) {
+    ASSERT_EQ(Cli(e, pw, absl::StrCat("ACL SETUSER ", user, " on '>userpw' '~",
+                                      prefix_, ":*' +get +set +exists "
+                                      "'+cluster|slots' +asking +ping")),
+              "OK");
+  }
+  RemoteTierOptions o = Options(seeds, "userpw");
+  o.auth.user = user;
+  auto opened = RemoteTier::Open(o);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<RemoteTier> remote = *std::move(opened);
+  auto mover = PageMover::Create(pool_.get());
+  ASSERT_TRUE(mover.ok());
+  FillPage(0, 0x33);
+  std::vector<TierMove> moves;
+  NullSinkForTest below;
+  remote->Put({{.block = Block(0), .page = 0}}, **mover, below, &moves);
+  remote->Flush();
+  EXPECT_EQ(remote->stats().demotions, 1u);
+  EXPECT_EQ(remote->stats().write_errors, 0u);
+  FillPage(9, 0);
+  const BlockKey keys[] = {Key(0)};
+  const uint64_t pages[] = {9};
+  EXPECT_EQ(remote->CountPresentIn(kRoot, keys), 1u);
+  ASSERT_EQ(remote->TakeIn(kRoot, keys, pages, **mover, &moves), 1u);
+  EXPECT_EQ(Page(9)[17], 0x33);
+  // Outside its prefix the same user is refused: the ACL holds.
+  RedisCluster c({.seeds = seeds, .auth = {.user = user, .password = "userpw"}});
+  std::vector<RedisCluster::Result> out;
+  c.Run({{.argv = {"SET", "elsewhere", "x"}, .key = "elsewhere"}},
+        absl::Now() + absl::Seconds(5), &out);
+  ASSERT_TRUE(out[0].status.ok());
+  EXPECT_EQ(out[0].reply.type, RedisReply::Type::kError);
+  EXPECT_THAT(out[0].reply.str, HasSubstr("NOPERM"));
+  for (const RedisEndpoint& e : seeds) Cli(e, pw, absl::StrCat("ACL DELUSER ", user));
+}
+
 TEST_F(RemoteTierTest, WrongPasswordIsAConfigurationError) {
   std::vector<RedisEndpoint> seeds;
   std::string pw;
