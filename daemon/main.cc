@@ -153,6 +153,11 @@ ABSL_FLAG(std::string, kv_events_hash, "int64",
 ABSL_FLAG(std::string, kv_events_encoding, "map",
           "KV events as map (fields by name, current vLLM) | array "
           "(positional, vLLM before the switch to maps)");
+ABSL_FLAG(std::string, kv_events_media, "vllm",
+          "tier media names in KV events: vllm (the names vLLM and its "
+          "routers know: host tier CPU, or CPU_TIER1 below a host pool; disk "
+          "STORAGE; remote EXTERNAL) | radixkv (CPU or CPU_TIER, DISK, "
+          "REMOTE)");
 ABSL_FLAG(uint64_t, kv_events_replay_buffer, 10000,
           "KV event batches kept for replay");
 ABSL_FLAG(uint64_t, kv_events_replay_bytes, uint64_t{256} << 20,
@@ -239,6 +244,10 @@ absl::Status KvEventsFromFlags(radixkv::daemon::ServerOptions* o) {
       absl::GetFlag(FLAGS_kv_events_encoding), "kv_events_encoding");
   if (!encoding.ok()) return encoding.status();
   k.encode.encoding = *encoding;
+  auto media = radixkv::daemon::ParseKvMediaNames(
+      absl::GetFlag(FLAGS_kv_events_media), "kv_events_media");
+  if (!media.ok()) return media.status();
+  k.encode.media = *media;
   k.replay_batches = absl::GetFlag(FLAGS_kv_events_replay_buffer);
   k.replay_bytes = absl::GetFlag(FLAGS_kv_events_replay_bytes);
   k.hwm = absl::GetFlag(FLAGS_kv_events_hwm);

@@ -26,6 +26,32 @@ constexpr absl::string_view kClearedTag = "AllBlocksCleared";
 // Every radixkv page holds full-attention K/V of one KV-cache group.
 constexpr absl::string_view kSpecKind = "full_attention";
 
+constexpr bool SameName(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+
+// The kKvVllmTierMedia row of tier kind `kind`, or null.
+constexpr const KvVllmTierMedia* VllmTierMedia(const char* kind) {
+  for (const KvVllmTierMedia& m : kKvVllmTierMedia) {
+    if (SameName(m.kind, kind)) return &m;
+  }
+  return nullptr;
+}
+
+constexpr bool EveryTierKindHasVllmMedia() {
+  for (const TierKindInfo& k : kTierKinds) {
+    const KvVllmTierMedia* m = VllmTierMedia(k.name);
+    if (m == nullptr || *m->medium == '\0' ||
+        *m->medium_under_host_pool == '\0') {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(EveryTierKindHasVllmMedia(),
+              "a tier kind of kTierKinds has no row in kKvVllmTierMedia");
+
 void Str(Packer& pk, absl::string_view s) {
   pk.pack_str(static_cast<uint32_t>(s.size()));
   pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
@@ -194,6 +220,28 @@ absl::StatusOr<KvEventEncoding> ParseKvEventEncoding(absl::string_view value,
       "--", flag, "=", value,
       ": expected map (events keyed by field name, current vLLM) or array "
       "(positional events, vLLM before the switch to maps)"));
+}
+
+absl::StatusOr<KvMediaNames> ParseKvMediaNames(absl::string_view value,
+                                               absl::string_view flag) {
+  if (value == "vllm") return KvMediaNames::kVllm;
+  if (value == "radixkv") return KvMediaNames::kRadixkv;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--", flag, "=", value,
+      ": expected vllm (tier media as vLLM and its routers name them: "
+      "CPU or CPU_TIER1, STORAGE, EXTERNAL) or radixkv (radixkv's own: CPU "
+      "or CPU_TIER, DISK, REMOTE)"));
+}
+
+absl::string_view KvEncodeOptions::MediumName(uint8_t m) const {
+  const TierKindInfo* t = TierKindInfoOfMedium(m);
+  if (t == nullptr) return medium;
+  if (media == KvMediaNames::kVllm) {
+    if (const KvVllmTierMedia* v = VllmTierMedia(t->name); v != nullptr) {
+      return pool_is_host ? v->medium_under_host_pool : v->medium;
+    }
+  }
+  return pool_is_host ? t->event_medium_under_host_pool : t->event_medium;
 }
 
 uint64_t KeyLow64(const BlockKey& key) { return key.lo; }

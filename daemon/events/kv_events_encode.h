@@ -38,12 +38,38 @@ namespace radixkv::daemon {
 // the form vLLM publishes by default.
 enum class KvHashForm : uint8_t { kBytes, kInt64 };
 enum class KvEventEncoding : uint8_t { kMap, kArray };
+// Which names the tiers' media take (docs/EVENTS.md has the table). kVllm:
+// the names vLLM publishes and the routers that index its events (Dynamo,
+// llm-d) sort into tiers: "CPU" for the host tier (a distinct host name
+// below a host pool), "STORAGE" for the disk tier, "EXTERNAL" for the
+// remote tier. kRadixkv: radixkv's own, the event_medium columns of
+// kTierKinds ("CPU_TIER", "DISK", "REMOTE"). The pool's medium ("GPU" or
+// "CPU") is the same in both.
+enum class KvMediaNames : uint8_t { kVllm, kRadixkv };
 
-// "bytes" | "int64"; "map" | "array". INVALID_ARGUMENT names `flag`.
+// "bytes" | "int64"; "map" | "array"; "vllm" | "radixkv". INVALID_ARGUMENT
+// names `flag` and the values it takes.
 absl::StatusOr<KvHashForm> ParseKvHashForm(absl::string_view value,
                                            absl::string_view flag);
 absl::StatusOr<KvEventEncoding> ParseKvEventEncoding(absl::string_view value,
                                                      absl::string_view flag);
+absl::StatusOr<KvMediaNames> ParseKvMediaNames(absl::string_view value,
+                                               absl::string_view flag);
+
+// A tier kind's media under KvMediaNames::kVllm, by its --tier name
+// (TierKindInfo::name): the medium of its blocks, and the one used when
+// the pool is host memory too (the tier then needs a name of its own).
+// Every kind of kTierKinds has a row (checked at compile time).
+struct KvVllmTierMedia {
+  const char* kind;
+  const char* medium;
+  const char* medium_under_host_pool;
+};
+inline constexpr KvVllmTierMedia kKvVllmTierMedia[] = {
+    {"host", "CPU", "CPU_TIER1"},
+    {"disk", "STORAGE", "STORAGE"},
+    {"remote", "EXTERNAL", "EXTERNAL"},
+};
 
 // One block-level change, as the publisher queues it.
 struct KvRecord {
@@ -63,16 +89,15 @@ struct KvRecord {
 struct KvEncodeOptions {
   KvHashForm hash = KvHashForm::kInt64;
   KvEventEncoding encoding = KvEventEncoding::kMap;
+  KvMediaNames media = KvMediaNames::kVllm;
+  // The pool's medium.
   std::string medium = "CPU";
   // The pool is host memory: tiers of host memory below it take the
-  // medium names kTierKinds keeps for that case.
+  // medium names kept for that case.
   bool pool_is_host = false;
-  // The medium name for KvRecord::medium `m` (kTierKinds for a tier's).
-  absl::string_view MediumName(uint8_t m) const {
-    const TierKindInfo* t = TierKindInfoOfMedium(m);
-    if (t == nullptr) return medium;
-    return pool_is_host ? t->event_medium_under_host_pool : t->event_medium;
-  }
+  // The medium name for KvRecord::medium `m`: the pool's for 0 (and for a
+  // medium no tier kind has), else its tier kind's under `media`.
+  absl::string_view MediumName(uint8_t m) const;
   int64_t data_parallel_rank = 0;
 };
 

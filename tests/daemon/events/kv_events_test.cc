@@ -244,6 +244,63 @@ TEST(EncodeTest, ParseFlags) {
   EXPECT_FALSE(ParseKvHashForm("sha", "kv_events_hash").ok());
   EXPECT_EQ(*ParseKvEventEncoding("array", "f"), KvEventEncoding::kArray);
   EXPECT_FALSE(ParseKvEventEncoding("json", "f").ok());
+  EXPECT_EQ(*ParseKvMediaNames("vllm", "f"), KvMediaNames::kVllm);
+  EXPECT_EQ(*ParseKvMediaNames("radixkv", "f"), KvMediaNames::kRadixkv);
+  const absl::Status bad = ParseKvMediaNames("VLLM", "kv_events_media").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  const std::string msg(bad.message());
+  for (const char* want : {"--kv_events_media=VLLM", "expected vllm", "radixkv"}) {
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  }
+}
+
+// The medium of `kind`'s blocks under `media`, below a cuda pool or a host
+// pool.
+std::string EventMedium(TierKind kind, KvMediaNames media, bool host_pool) {
+  KvEncodeOptions o;
+  o.media = media;
+  o.medium = host_pool ? "CPU" : "GPU";
+  o.pool_is_host = host_pool;
+  return std::string(o.MediumName(TierKindInfoOf(kind).medium));
+}
+
+TEST(EncodeTest, MediaNames) {
+  using M = KvMediaNames;
+  KvEncodeOptions o;  // the default is vLLM's names
+  EXPECT_EQ(o.media, M::kVllm);
+  o.medium = "GPU";
+  EXPECT_EQ(o.MediumName(kMediumPool), "GPU");
+  EXPECT_EQ(o.MediumName(200), "GPU");  // no tier kind: the pool's
+  // vLLM's names: its CPU offloading tier, its storage tier.
+  EXPECT_EQ(EventMedium(TierKind::kHost, M::kVllm, false), "CPU");
+  EXPECT_EQ(EventMedium(TierKind::kHost, M::kVllm, true), "CPU_TIER1");
+  EXPECT_EQ(EventMedium(TierKind::kDisk, M::kVllm, false), "STORAGE");
+  EXPECT_EQ(EventMedium(TierKind::kDisk, M::kVllm, true), "STORAGE");
+  // radixkv's own names.
+  EXPECT_EQ(EventMedium(TierKind::kHost, M::kRadixkv, false), "CPU");
+  EXPECT_EQ(EventMedium(TierKind::kHost, M::kRadixkv, true), "CPU_TIER");
+  EXPECT_EQ(EventMedium(TierKind::kDisk, M::kRadixkv, false), "DISK");
+  EXPECT_EQ(EventMedium(TierKind::kDisk, M::kRadixkv, true), "DISK");
+  // Every kind, in both namings: a name of its own, never the pool's
+  // below a host pool (a router keeps one index per medium).
+  for (const TierKindInfo& k : kTierKinds) {
+    for (M media : {M::kVllm, M::kRadixkv}) {
+      for (bool host_pool : {false, true}) {
+        const std::string m = EventMedium(k.kind, media, host_pool);
+        EXPECT_FALSE(m.empty()) << k.name;
+        EXPECT_NE(m, host_pool ? "CPU" : "GPU") << k.name;
+      }
+    }
+    EXPECT_EQ(EventMedium(k.kind, M::kRadixkv, false), k.event_medium);
+    EXPECT_EQ(EventMedium(k.kind, M::kRadixkv, true),
+              k.event_medium_under_host_pool);
+  }
+  // The remote tier, where this build has one.
+  TierKind remote;
+  if (ParseTierKind("remote", &remote)) {
+    EXPECT_EQ(EventMedium(remote, M::kVllm, false), "EXTERNAL");
+    EXPECT_EQ(EventMedium(remote, M::kRadixkv, false), "REMOTE");
+  }
 }
 
 uint64_t Seq(const zmq::message_t& m) {

@@ -311,6 +311,10 @@ def test_bad_flags():
     code, err = run_daemon_flags(["--kv_events_endpoint=tcp://127.0.0.1:1",
                                   "--kv_events_hash=sha256"])
     assert code == 2 and "--kv_events_hash" in err
+    code, err = run_daemon_flags(["--kv_events_endpoint=tcp://127.0.0.1:1",
+                                  "--kv_events_media=DISK"])
+    assert code == 2 and "--kv_events_media=DISK" in err, err
+    assert "expected vllm" in err and "radixkv" in err, err
     code, err = run_daemon_flags(["--kv_events_replay_endpoint=tcp://127.0.0.1:9"])
     assert code == 2 and "needs --kv_events_endpoint" in err
     # Its PUB port is taken (by a listener this test holds).

@@ -279,11 +279,18 @@ def collect_events(sub):
     return counts
 
 
+# --kv_events_media: the host and disk tiers' media below a host pool
+# (docs/EVENTS.md): vLLM's names (the default), or radixkv's own.
+MEDIA = {"vllm": ("CPU_TIER1", "STORAGE"), "radixkv": ("CPU_TIER", "DISK")}
+
+
+@pytest.mark.parametrize("media", sorted(MEDIA))
 def test_host_and_disk_tier_moves_are_kv_events_with_their_media(
-        prompts, tier_dir, tmp_path):
+        prompts, tier_dir, tmp_path, media):
     need_event_modules()
     endpoint = f"ipc://{tmp_path}/events.ipc"
     d = start(tier_dir, f"--kv_events_endpoint={endpoint}",
+              f"--kv_events_media={media}",
               spec=CHAINS["host+disk"].format(dir=tier_dir))
     sub = subscribe(endpoint)
     try:
@@ -295,14 +302,16 @@ def test_host_and_disk_tier_moves_are_kv_events_with_their_media(
         sub.close()
         d.stop()
     host, disk = kinds["host"], kinds["disk"]
-    # A host tier below a host pool has a medium of its own: CPU_TIER. A
-    # block stored there was removed from it again when it was promoted or
-    # moved down; a block moved down was stored on DISK.
-    assert counts.get(("BlockStored", "CPU_TIER"), 0) == host.demoted_blocks, counts
-    assert counts.get(("BlockRemoved", "CPU_TIER"), 0) == host.promoted_blocks + \
+    # A host tier below a host pool has a medium of its own, not the pool's
+    # CPU. A block stored there was removed from it again when it was
+    # promoted or moved down; a block moved down was stored on the disk's.
+    host_medium, disk_medium = MEDIA[media]
+    assert {m for _, m in counts} == {"CPU", host_medium, disk_medium}, counts
+    assert counts.get(("BlockStored", host_medium), 0) == host.demoted_blocks, counts
+    assert counts.get(("BlockRemoved", host_medium), 0) == host.promoted_blocks + \
         host.forgotten_blocks + host.superseded_blocks, (counts, host)
-    assert counts.get(("BlockStored", "DISK"), 0) == disk.demoted_blocks, counts
-    assert counts.get(("BlockRemoved", "DISK"), 0) == disk.promoted_blocks + \
+    assert counts.get(("BlockStored", disk_medium), 0) == disk.demoted_blocks, counts
+    assert counts.get(("BlockRemoved", disk_medium), 0) == disk.promoted_blocks + \
         disk.forgotten_blocks + disk.superseded_blocks, (counts, disk)
     # The disk tier took what host memory passed down, and the blocks of
     # evictions larger than host memory straight from the pool.
@@ -360,10 +369,11 @@ def test_tier_moves_are_kv_events_with_their_medium(prompts, tier_dir, tmp_path,
         sub.close()
         d.stop()
     # Every block that went down to the tier was published as stored on
-    # DISK (and removed from the pool's CPU medium); every promoted one, and
-    # every one the tier forgot to make room, as removed from DISK.
-    assert counts.get(("BlockStored", "DISK"), 0) == s.demoted_blocks, (counts, s)
-    assert counts.get(("BlockRemoved", "DISK"), 0) == \
+    # STORAGE (vLLM's name; removed from the pool's CPU medium); every
+    # promoted one, and every one the tier forgot to make room, as removed
+    # from STORAGE.
+    assert counts.get(("BlockStored", "STORAGE"), 0) == s.demoted_blocks, (counts, s)
+    assert counts.get(("BlockRemoved", "STORAGE"), 0) == \
         s.promoted_blocks + s.forgotten_blocks + s.superseded_blocks, (counts, s)
     if tier_bytes != "4MiB":
         assert s.capacity_blocks == 10 and s.forgotten_blocks > 0, s
@@ -439,7 +449,7 @@ def test_a_corrupt_block_is_a_miss_and_a_removal_event(prompts, tier_dir,
         else:
             check_equal([g], [cached_reference(tmp_path, tokens,
                                                g["matched_tokens"])])
-    assert counts.get(("BlockRemoved", "DISK"), 0) == t.promoted_blocks + \
+    assert counts.get(("BlockRemoved", "STORAGE"), 0) == t.promoted_blocks + \
         t.forgotten_blocks + t.checksum_failures + t.superseded_blocks, (counts, t)
 
 
