@@ -79,7 +79,7 @@ ctest --preset fuzz
 fuzz_seconds=${RADIXKV_FUZZ_SECONDS:-20}
 mkdir -p build/check/artifacts build/check/logs
 printf '%s\n' fuzz_cache_requests fuzz_attach_request fuzz_block_keys \
-    fuzz_trace_line |
+    fuzz_trace_line fuzz_remote_tier |
   xargs -P "$(nproc)" -I{} bash -c '
     mkdir -p build/check/corpus/{}
     # bench/fuzz/run.sh says why fuzz_cache_requests runs without entropic.

@@ -20,7 +20,7 @@ shift || true
 harnesses=("$@")
 if ((${#harnesses[@]} == 0)); then
   harnesses=(fuzz_cache_requests fuzz_attach_request fuzz_block_keys
-             fuzz_trace_line)
+             fuzz_trace_line fuzz_remote_tier)
 fi
 jobs=${JOBS:-1}
 cmake --preset check >/dev/null

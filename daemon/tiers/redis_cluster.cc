@@ -169,7 +169,8 @@ std::string RedisEndpoint::ToString() const {
 absl::StatusOr<RedisEndpoint> ParseRedisEndpoint(absl::string_view s) {
   RedisEndpoint e;
   absl::string_view port;
-  if (absl::ConsumePrefix(&s, "[")) {
+  const bool bracketed = absl::ConsumePrefix(&s, "[");
+  if (bracketed) {
     const size_t close = s.find("]:");
     if (close == absl::string_view::npos) {
       return absl::InvalidArgumentError(
@@ -185,6 +186,19 @@ absl::StatusOr<RedisEndpoint> ParseRedisEndpoint(absl::string_view s) {
     }
     e.host = std::string(s.substr(0, colon));
     port = s.substr(colon + 1);
+  }
+  // A name or IPv4 address, or (bracketed) an IPv6 address.
+  const bool v6 = bracketed && !e.host.empty() &&
+                  e.host.find_first_not_of("0123456789abcdefABCDEF:.%") ==
+                      std::string::npos &&
+                  e.host.find(':') != std::string::npos;
+  const bool name = !bracketed && !e.host.empty() &&
+                    e.host.find_first_not_of(
+                        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                        "0123456789.-_") == std::string::npos;
+  if (!v6 && !name) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", e.host, "\" is not a host name or address (IPv6 goes in [])"));
   }
   if (!absl::SimpleAtoi(port, &e.port) || e.port < 1 || e.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -64,6 +64,7 @@ RemoteTier::Check RemoteTier::CheckValue(absl::string_view value,
   if (value.size() < kRemoteHeaderBytes) return Check::kBadHeader;
   const char* h = value.data();
   if (std::memcmp(h, kMagic, 4) != 0 || GetU32(h + 4) != kVersion ||
+      GetU64(h + 80) != 0 ||  // reserved
       GetU64(h + kHeaderCheckAt) != BlockChecksum(h, kHeaderCheckAt)) {
     return Check::kBadHeader;
   }

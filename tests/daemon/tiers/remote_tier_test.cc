@@ -64,6 +64,12 @@ TEST(ParseRedisEndpoint, HostPortAndErrors) {
   EXPECT_EQ(e->ToString(), "[::1]:6379");
   EXPECT_THAT(std::string(ParseRedisEndpoint("host").status().message()),
               HasSubstr("HOST:PORT"));
+  EXPECT_THAT(std::string(ParseRedisEndpoint("{:1]:1]:9").status().message()),
+              HasSubstr("is not a host name or address"));
+  EXPECT_THAT(std::string(ParseRedisEndpoint("[::1:9").status().message()),
+              HasSubstr("[ADDRESS]:PORT"));
+  EXPECT_THAT(std::string(ParseRedisEndpoint("[host]:9").status().message()),
+              HasSubstr("is not a host name or address"));
   EXPECT_THAT(std::string(ParseRedisEndpoint("host:0").status().message()),
               HasSubstr("1..65535"));
   EXPECT_THAT(std::string(ParseRedisEndpoint("host:99999").status().message()),
