@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -115,6 +116,46 @@ bool IsIpAddress(const std::string& host) {
   return inet_pton(AF_INET, host.c_str(), &a4) == 1 ||
          inet_pton(AF_INET6, host.c_str(), &a6) == 1;
 }
+
+// Commands as RESP arrays of bulk strings, ready to send: small parts are
+// gathered into buffers of its own, arguments of kByReference bytes or
+// more (a block's value) are sent from where they are, so the caller's
+// arguments must outlive the Wire.
+class Wire {
+ public:
+  static constexpr size_t kByReference = 16 << 10;
+
+  void Add(absl::Span<const absl::string_view> argv) {
+    absl::StrAppend(&tail_, "*", argv.size(), "\r\n");
+    for (absl::string_view a : argv) {
+      absl::StrAppend(&tail_, "$", a.size(), "\r\n");
+      if (a.size() >= kByReference) {
+        Seal();
+        pieces_.push_back(a);
+      } else {
+        tail_.append(a.data(), a.size());
+      }
+      tail_ += "\r\n";
+    }
+  }
+  // Every byte to send, in order.
+  const std::vector<absl::string_view>& pieces() {
+    Seal();
+    return pieces_;
+  }
+
+ private:
+  void Seal() {
+    if (tail_.empty()) return;
+    owned_.push_back(std::move(tail_));
+    tail_.clear();
+    pieces_.push_back(owned_.back());
+  }
+
+  std::deque<std::string> owned_;  // stable addresses for pieces_
+  std::vector<absl::string_view> pieces_;
+  std::string tail_;
+};
 
 }  // namespace
 
@@ -284,7 +325,9 @@ class RedisCluster::Conn {
     std::vector<absl::string_view> argv = {"AUTH"};
     if (!auth.user.empty()) argv.push_back(auth.user);
     argv.push_back(auth.password);
-    absl::Status s = Send(Format(argv), deadline);
+    Wire wire;
+    wire.Add(argv);
+    absl::Status s = Send(wire, deadline);
     RedisReply r;
     if (s.ok()) s = Receive(&r, deadline);
     if (!s.ok()) return s;
@@ -295,22 +338,6 @@ class RedisCluster::Conn {
           ": ", r.str));
     }
     return absl::OkStatus();
-  }
-
-  static std::string Format(absl::Span<const absl::string_view> argv) {
-    std::vector<const char*> ptr(argv.size());
-    std::vector<size_t> len(argv.size());
-    for (size_t i = 0; i < argv.size(); ++i) {
-      ptr[i] = argv[i].data();
-      len[i] = argv[i].size();
-    }
-    char* cmd = nullptr;
-    const int n = redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()),
-                                         ptr.data(), len.data());
-    std::string out;
-    if (n > 0) out.assign(cmd, static_cast<size_t>(n));
-    redisFreeCommand(cmd);
-    return out;
   }
 
   absl::Status Handshake(const RedisTls& tls, absl::Time deadline) {
@@ -377,6 +404,14 @@ class RedisCluster::Conn {
         errno = EPROTO;
         return -1;
     }
+  }
+
+  absl::Status Send(Wire& wire, absl::Time deadline) {
+    for (absl::string_view piece : wire.pieces()) {
+      absl::Status s = Send(piece, deadline);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Send(absl::string_view bytes, absl::Time deadline) {
@@ -477,7 +512,9 @@ absl::Status RedisCluster::LoadSlotsFrom(Node& node, absl::Time deadline) {
   if (!s.ok()) return s;
   const RedisEndpoint from = node.endpoint;  // nodes_ may grow below
   RedisReply r;
-  s = node.conn->Send(Conn::Format({"CLUSTER", "SLOTS"}), deadline);
+  Wire wire;
+  wire.Add({"CLUSTER", "SLOTS"});
+  s = node.conn->Send(wire, deadline);
   if (s.ok()) s = node.conn->Receive(&r, deadline);
   if (!s.ok()) {
     node.conn.reset();
@@ -542,20 +579,28 @@ absl::Status RedisCluster::Connect(absl::Time deadline) {
   return RefreshSlots(deadline);
 }
 
-void RedisCluster::RunOnNode(int node, absl::Span<const Command> commands,
-                             const std::vector<size_t>& idx,
-                             const std::vector<bool>& asking,
-                             absl::Time deadline, std::vector<Result>* out) {
+absl::Status RedisCluster::SendToNode(int node,
+                                      absl::Span<const Command> commands,
+                                      const std::vector<size_t>& idx,
+                                      const std::vector<bool>& asking,
+                                      absl::Time deadline) {
   Node& n = nodes_[static_cast<size_t>(node)];
   absl::Status s = EnsureConnected(n, deadline);
-  std::string wire;
-  if (s.ok()) {
-    for (size_t i = 0; i < idx.size(); ++i) {
-      if (asking[i]) wire += Conn::Format({"ASKING"});
-      wire += Conn::Format(commands[idx[i]].argv);
-    }
-    s = n.conn->Send(wire, deadline);
+  if (!s.ok()) return s;
+  Wire wire;
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (asking[i]) wire.Add({"ASKING"});
+    wire.Add(commands[idx[i]].argv);
   }
+  return n.conn->Send(wire, deadline);
+}
+
+void RedisCluster::ReceiveFromNode(int node, absl::Status s,
+                                   const std::vector<size_t>& idx,
+                                   const std::vector<bool>& asking,
+                                   absl::Time deadline,
+                                   std::vector<Result>* out) {
+  Node& n = nodes_[static_cast<size_t>(node)];
   size_t i = 0;
   for (; s.ok() && i < idx.size(); ++i) {
     Result& r = (*out)[idx[i]];
@@ -606,10 +651,16 @@ void RedisCluster::Run(absl::Span<const Command> commands, absl::Time deadline,
       by_node[static_cast<size_t>(node)].push_back(i);
       asking[static_cast<size_t>(node)].push_back(ask[i]);
     }
+    std::vector<absl::Status> sent(by_node.size());
     for (size_t node = 0; node < by_node.size(); ++node) {
       if (by_node[node].empty()) continue;
-      RunOnNode(static_cast<int>(node), commands, by_node[node], asking[node],
-                deadline, out);
+      sent[node] = SendToNode(static_cast<int>(node), commands, by_node[node],
+                              asking[node], deadline);
+    }
+    for (size_t node = 0; node < by_node.size(); ++node) {
+      if (by_node[node].empty()) continue;
+      ReceiveFromNode(static_cast<int>(node), sent[node], by_node[node],
+                      asking[node], deadline, out);
     }
     std::vector<size_t> again;
     for (size_t i : pending) {

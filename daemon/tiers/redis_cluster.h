@@ -9,7 +9,8 @@
 //   std::vector<RedisCluster::Result> out;
 //   c.Run({{.argv = {"GET", key}, .key = key}}, absl::Now() + timeout, &out);
 //
-// The RESP codec is hiredis's (its reader and command formatter); the
+// Replies are decoded by hiredis's RESP reader; commands are written as
+// RESP arrays, a block's value sent from where it is, not copied. The
 // sockets are this file's own, non-blocking and polled against the
 // deadline, so no call waits past it, with TLS through OpenSSL when asked. The slot map comes from CLUSTER
 // SLOTS and is refreshed after a MOVED; a server with cluster support
@@ -132,11 +133,16 @@ class RedisCluster {
   absl::Status RefreshSlots(absl::Time deadline);
   absl::Status LoadSlotsFrom(Node& node, absl::Time deadline);
   // One node's share of a Run: commands[idx[i]] (asking[i]: precede it
-  // with ASKING), results into (*out)[idx[i]].
-  void RunOnNode(int node, absl::Span<const Command> commands,
-                 const std::vector<size_t>& idx,
-                 const std::vector<bool>& asking, absl::Time deadline,
-                 std::vector<Result>* out);
+  // with ASKING), results into (*out)[idx[i]]. Send writes them all;
+  // Receive reads their replies (every node is sent its share before any
+  // reply is read, so the nodes work at once).
+  absl::Status SendToNode(int node, absl::Span<const Command> commands,
+                          const std::vector<size_t>& idx,
+                          const std::vector<bool>& asking, absl::Time deadline);
+  void ReceiveFromNode(int node, absl::Status sent,
+                       const std::vector<size_t>& idx,
+                       const std::vector<bool>& asking, absl::Time deadline,
+                       std::vector<Result>* out);
 
   const Options options_;
   std::vector<Node> nodes_;

@@ -206,7 +206,9 @@ def main(argv):
     if argv[1] == "start":
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
-        store = RedisStore(d, shards=3, password="radixkv-test-pw").start()
+        store = RedisStore(d, shards=3, password="radixkv-test-pw",
+                           maxmemory=os.environ.get("RADIXKV_STORE_MAXMEMORY",
+                                                    "256mb")).start()
         # The fixture outlives this process: the shards must not be its
         # children's (they would die with the session); record their pids.
         with open(os.path.join(d, "addrs"), "w") as f:
