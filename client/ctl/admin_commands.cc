@@ -139,6 +139,8 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
                                 Percent(st.cached_pages(), st.capacity_pages()),
                                 " of capacity"));
   kv.Add("pinned", PagesWithBytes(st.pinned_pages(), pb));
+  kv.Add("pins", absl::StrCat(HumanCount(st.pins()), " holding ",
+                              PagesWithBytes(st.pin_pages(), pb)));
   kv.Add("fenced",
          absl::StrCat(PagesWithBytes(st.quarantined_pages(), pb),
                       " quarantined (", HumanCount(st.quarantined_leases()),
@@ -181,6 +183,23 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
   for (const v1::TierStats& t : st.tiers()) tiers.push_back(&t);
   if (tiers.empty() && st.has_tier()) tiers.push_back(&st.tier());
   for (const v1::TierStats* t : tiers) {
+    if (t->kind() == "remote") {
+      // The fleet's shared store: it sizes itself, and its health matters.
+      kv.Add("tier remote",
+             absl::StrCat(
+                 t->unavailable() ? "UNAVAILABLE (circuit open), "
+                                  : "available, ",
+                 HumanCount(t->demoted_blocks()), " written, ",
+                 HumanCount(t->pending_blocks()), " staged, ",
+                 HumanCount(t->promoted_blocks()), " promoted, ",
+                 HumanCount(t->dropped_full() + t->dropped_error()),
+                 " dropped, ",
+                 HumanCount(t->read_errors() + t->write_errors()),
+                 " failed calls, ", HumanCount(t->checksum_failures()),
+                 " checksum failures, ", HumanCount(t->breaker_trips()),
+                 " breaker trips"));
+      continue;
+    }
     std::string line = absl::StrCat(
         PagesWithBytes(t->blocks(), t->page_bytes() != 0 ? t->page_bytes() : pb),
         " of ",
@@ -213,15 +232,16 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
   // Per tenant (a --tenants file): its share of the pool and its limits.
   out << "\n";
   Table t({"TENANT", "CACHED", "WRITING", "HELD", "MAX CACHED", "MAX HELD",
-           "WEIGHT", "EVICTED", "LIMITED"});
-  t.AlignRight({1, 2, 3, 4, 5, 6, 7, 8});
+           "WEIGHT", "EVICTED", "LIMITED", "PINNED", "MAX PINNED"});
+  t.AlignRight({1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
   auto limit = [](uint64_t v) { return v == 0 ? std::string("-") : HumanCount(v); };
   for (const v1::TenantStats& ts : st.tenants()) {
     t.AddRow({ts.name(), HumanCount(ts.cached_pages()),
               HumanCount(ts.writing_pages()), HumanCount(ts.held_pages()),
               limit(ts.max_cached_pages()), limit(ts.max_pinned_pages()),
               absl::StrCat(ts.weight()), HumanCount(ts.evicted_pages()),
-              HumanCount(ts.limited_acquires())});
+              HumanCount(ts.limited_acquires()), HumanCount(ts.pin_pages()),
+              HumanCount(ts.pin_limit_pages())});
   }
   t.Print(out);
 }
@@ -409,6 +429,46 @@ int RunClear(Context& ctx, const ClearOptions& o) {
                       });
 }
 
+// ---- unpin, pins ----------------------------------------------------------------
+
+struct UnpinOptions {
+  std::vector<std::string> ids;  // positional: exactly one
+};
+
+void AddUnpinFlags(CLI::App& app, UnpinOptions& o, CompletionValues&) {
+  AddPositional(app, "ID", &o.ids, "the pin's id (radixkvctl pins)");
+}
+
+int RunUnpin(Context& ctx, const UnpinOptions& o) {
+  if (o.ids.size() != 1) {
+    return BadArgs(ctx, absl::StrCat("unpin: name one pin id (radixkvctl "
+                                     "pins lists them); got ",
+                                     o.ids.size()));
+  }
+  absl::StatusOr<uint64_t> id =
+      ParseUintFlag("ID", o.ids[0], 1, UINT64_MAX);
+  if (!id.ok()) return BadArgs(ctx, std::string(id.status().message()));
+  v1::UnpinRequest req;
+  req.set_pin_id(*id);
+  return CallAndPrint(ctx, &Admin::Stub::Unpin, req,
+                      [&](const v1::UnpinResponse& resp, std::ostream& out) {
+                        out << "unpinned pin " << *id << " ("
+                            << resp.unpinned_blocks() << " blocks)\n";
+                      });
+}
+
+void PrintPins(const v1::ListPinsResponse& resp, std::ostream& out) {
+  Table t({"ID", "TENANT", "BLOCKS", "OF", "AGE", "LAST_KEY", "NAMESPACE"});
+  t.AlignRight({0, 2, 3, 4});
+  for (const v1::PinEntry& p : resp.pins()) {
+    t.AddRow({absl::StrCat(p.pin_id()), p.tenant(),
+              absl::StrCat(p.pinned_blocks()), absl::StrCat(p.total_blocks()),
+              HumanDuration(p.age_seconds()), Hex(p.last_key(), 16) + "..",
+              ShortNs(p.namespace_id())});
+  }
+  t.Print(out);
+}
+
 // ---- watch --------------------------------------------------------------------
 //
 // SIGINT/SIGTERM are blocked before any gRPC thread exists, and one thread
@@ -591,6 +651,17 @@ std::vector<Command> AdminCommands() {
        "line says which events this consumer missed. Stops on Ctrl-C "
        "(exit 0) or after --count events.",
        CommandWith(AddWatchFlags, RunWatch)},
+      {"pins", "Pins", "List prefix pins: id, tenant, blocks, age",
+       "radixkvctl pins\nradixkvctl pins -o json | jq '.pins[].pin_id'",
+       "A tenant sees its own pins, an administrator every pin.",
+       CommandWith(AddTableFlags,
+                   RunTableQuery<&Admin::Stub::ListPins, PrintPins>)},
+      {"unpin", "Pins", "End a prefix pin: its blocks are evictable again",
+       "radixkvctl unpin 42",
+       "The id is the one `radixkvctl pin` printed (or `radixkvctl pins` "
+       "lists). An id that is not one of your tenant's pins is an error "
+       "(exit 1).",
+       CommandWith(AddUnpinFlags, RunUnpin)},
       {"evict", maintenance,
        "Evict up to N least-recently-used unpinned blocks",
        "radixkvctl evict --pages=1000", "",

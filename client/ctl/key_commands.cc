@@ -171,6 +171,21 @@ int RunExplain(Context& ctx, const PromptOptions& o) {
                       });
 }
 
+// ---- pin ----------------------------------------------------------------------
+
+int RunPin(Context& ctx, const PromptOptions& o) {
+  Prompt prompt;
+  if (int exit = ParsePrompt(ctx, o, &prompt); exit != kExitOk) return exit;
+  return CallAndPrint(
+      ctx, &v1::Admin::Stub::Pin, PromptRequest<v1::PinRequest>(prompt),
+      [&](const v1::PinResponse& resp, std::ostream& out) {
+        out << absl::StrFormat(
+            "pin %u: %u of %u blocks (%u tokens) pinned in namespace %s\n",
+            resp.pin_id(), resp.pinned_blocks(), resp.total_blocks(),
+            resp.pinned_tokens(), Hex(resp.namespace_id(), 12));
+      });
+}
+
 // ---- hash ---------------------------------------------------------------------
 
 int RunHash(Context& ctx, const PromptOptions& o) {
@@ -445,6 +460,17 @@ std::vector<Command> KeyCommands() {
        "another model/LoRA/salt/layout), parent-missing (an earlier block is "
        "not cached, so this one cannot hit).",
        CommandWith(AddPromptTableFlags<false>, RunExplain)},
+      {"pin", "Pins",
+       "Keep a prompt's cached blocks (a system prompt) until unpinned",
+       "radixkvctl pin --model=llama --layers=32 --kv-heads=8 --head-dim=128 "
+       "--dtype=bf16 --file=system_prompt.txt",
+       "Pins the leading blocks of the prompt that are cached now in the "
+       "namespace the flags name (with your tenant's salt): no eviction "
+       "takes them until `radixkvctl unpin ID`. Prints the pin's id. Fails "
+       "when no block is cached yet (exit 1), or when the pin would exceed "
+       "the tenant's max_pin_pages or weighted share of the pool (exit 1; "
+       "the error names the limit). A tenant pins in its own namespaces only.",
+       CommandWith(AddMatchFlags, RunPin)},
       {"hash", keys, "Block keys of a token list for a namespace (offline)",
        "radixkvctl hash --model=llama --layers=32 --kv-heads=8 --head-dim=128 "
        "--dtype=bf16 --page-size=4 1 2 3 4 5 6 7 8",

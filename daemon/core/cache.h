@@ -180,6 +180,22 @@ class Cache {
                        v1::ExplainResponse* resp, const Caller& caller) const;
   void Evict(const v1::EvictRequest& req, v1::EvictResponse* resp);
   void Clear(v1::ClearResponse* resp);
+  // --- Prefix pins (cache_pins.cc) ---
+  // Pins the cached prefix of a prompt in the caller's namespace (its
+  // effective salt). Errors name the field and the limit and change
+  // nothing: INVALID_ARGUMENT for a bad namespace or prompt; NOT_FOUND
+  // (namespace) for a namespace no session ever bound; PERMISSION_DENIED
+  // (namespace) for another tenant's namespace; FAILED_PRECONDITION
+  // (tokens) when not even its first block is cached; RESOURCE_EXHAUSTED
+  // (pins) beyond the tenant's max_pin_pages or weighted share.
+  absl::Status Pin(const v1::PinRequest& req, v1::PinResponse* resp,
+                   const Caller& caller);
+  // Ends a pin the caller's scope Sees; NOT_FOUND (pin_id) otherwise.
+  absl::Status Unpin(const v1::UnpinRequest& req, v1::UnpinResponse* resp,
+                     const Caller& caller);
+  // The pins of the namespaces the caller's scope Sees, oldest first.
+  void ListPins(v1::ListPinsResponse* resp, const Caller& caller) const;
+
   // Administrators see every session with its id; others see their
   // tenant's sessions, with ids only for their own.
   void ListSessions(v1::ListSessionsResponse* resp,

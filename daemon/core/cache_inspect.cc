@@ -77,6 +77,8 @@ void FillTreeStats(const TreeStats& ts, v1::Stats* s) {
   s->set_eviction_switches(ts.eviction_switches);
   s->set_admitted_requests(ts.admitted_requests);
   s->set_probation_requests(ts.probation_requests);
+  s->set_pins(ts.pins);
+  s->set_pin_pages(ts.pin_pages);
   s->set_quarantined_pages(ts.fenced_pages);
   s->set_quarantined_leases(ts.fenced_leases);
   s->set_invariants_ok(ts.free_pages + ts.writing_pages + ts.cached_pages ==
@@ -158,6 +160,9 @@ void Cache::GetStats(v1::Stats* s) const {
       ts->set_max_cached_pages(limits.max_pages);
       ts->set_max_pinned_pages(limits.max_pinned_pages);
       ts->set_weight(limits.weight);
+      ts->set_pins(as.pins);
+      ts->set_pin_pages(as.pin_pages);
+      ts->set_pin_limit_pages(t->PinLimit(a));
     }
   }
   if (tiers_ != nullptr) FillTierStats(*tiers_, s);

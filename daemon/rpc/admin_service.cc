@@ -204,6 +204,48 @@ grpc::ServerUnaryReactor* AdminService::ListSessions(
       });
 }
 
+grpc::ServerUnaryReactor* AdminService::Pin(grpc::CallbackServerContext* ctx,
+                                            const grpc::ByteBuffer* body,
+                                            grpc::ByteBuffer* reply) {
+  return RunUnary<v1::PinRequest, v1::PinResponse>(
+      ctx, env_, Method::kPin, body, reply,
+      [&](const Caller& c, const v1::PinRequest& req, v1::PinResponse* resp) {
+        RETURN_IF_ERROR(env_.cache->Pin(req, resp, c));
+        Log(LogLevel::kInfo,
+            absl::StrCat("audit: Pin ", resp->pin_id(), " of ",
+                         resp->pinned_blocks(), " blocks by ",
+                         c.peer.ToString(), " (tenant ", c.scope.name(), ")"));
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* AdminService::Unpin(grpc::CallbackServerContext* ctx,
+                                              const grpc::ByteBuffer* body,
+                                              grpc::ByteBuffer* reply) {
+  return RunUnary<v1::UnpinRequest, v1::UnpinResponse>(
+      ctx, env_, Method::kUnpin, body, reply,
+      [&](const Caller& c, const v1::UnpinRequest& req,
+          v1::UnpinResponse* resp) {
+        RETURN_IF_ERROR(env_.cache->Unpin(req, resp, c));
+        Log(LogLevel::kInfo,
+            absl::StrCat("audit: Unpin ", req.pin_id(), " by ",
+                         c.peer.ToString(), " (tenant ", c.scope.name(), ")"));
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* AdminService::ListPins(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* body,
+    grpc::ByteBuffer* reply) {
+  return RunUnary<v1::ListPinsRequest, v1::ListPinsResponse>(
+      ctx, env_, Method::kListPins, body, reply,
+      [&](const Caller& c, const v1::ListPinsRequest&,
+          v1::ListPinsResponse* resp) {
+        env_.cache->ListPins(resp, c);
+        return absl::OkStatus();
+      });
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* AdminService::WatchEvents(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* body) {
   const absl::Time start = StartCall(env_, Method::kWatchEvents);

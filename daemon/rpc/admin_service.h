@@ -29,7 +29,10 @@ using RawAdminService = v1::Admin::WithRawCallbackMethod_GetStats<
                     v1::Admin::WithRawCallbackMethod_Clear<
                         v1::Admin::WithRawCallbackMethod_ListSessions<
                             v1::Admin::WithRawCallbackMethod_WatchEvents<
-                                v1::Admin::Service>>>>>>>>;
+                                v1::Admin::WithRawCallbackMethod_Pin<
+                                    v1::Admin::WithRawCallbackMethod_Unpin<
+                                        v1::Admin::WithRawCallbackMethod_ListPins<
+                                            v1::Admin::Service>>>>>>>>>>>;
 
 class AdminService final : public RawAdminService {
  public:
@@ -66,6 +69,15 @@ class AdminService final : public RawAdminService {
                                          grpc::ByteBuffer* reply) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchEvents(
       grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* body) override;
+  grpc::ServerUnaryReactor* Pin(grpc::CallbackServerContext* ctx,
+                                const grpc::ByteBuffer* body,
+                                grpc::ByteBuffer* reply) override;
+  grpc::ServerUnaryReactor* Unpin(grpc::CallbackServerContext* ctx,
+                                  const grpc::ByteBuffer* body,
+                                  grpc::ByteBuffer* reply) override;
+  grpc::ServerUnaryReactor* ListPins(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* body,
+                                     grpc::ByteBuffer* reply) override;
 
  private:
   class Watcher;

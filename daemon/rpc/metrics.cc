@@ -259,6 +259,9 @@ void AddTenantFamilies(const v1::Stats& s,
              {{"tenant", name}, {"state", "max_cached"}});
     AddValue(&pages, t.max_pinned_pages(),
              {{"tenant", name}, {"state", "max_pinned"}});
+    AddValue(&pages, t.pin_pages(), {{"tenant", name}, {"state", "pin"}});
+    AddValue(&pages, t.pin_limit_pages(),
+             {{"tenant", name}, {"state", "max_pin"}});
     AddValue(&evicted, t.evicted_pages(), {{"tenant", name}});
     AddValue(&limited, t.limited_acquires(), {{"tenant", name}});
   }
@@ -364,6 +367,9 @@ const char* MethodName(Method m) {
     case Method::kClear: return "Clear";
     case Method::kListSessions: return "ListSessions";
     case Method::kWatchEvents: return "WatchEvents";
+    case Method::kPin: return "Pin";
+    case Method::kUnpin: return "Unpin";
+    case Method::kListPins: return "ListPins";
     case Method::kCount: break;
   }
   return "unknown";
@@ -457,6 +463,11 @@ class Metrics::StateCollector : public prometheus::Collectable {
       AddValue(&f, s.probation_requests(), {{"list", "probation"}});
       out.push_back(std::move(f));
     }
+    gauge("radixkv_pinned_pages",
+          "Pages held by prefix pins (Admin.Pin; a page two pins hold "
+          "counts twice).",
+          s.pin_pages());
+    gauge("radixkv_pins", "Prefix pins (Admin.Pin).", s.pins());
     gauge("radixkv_sessions", "Open sessions.", s.sessions());
     gauge("radixkv_leases", "Live leases.", s.leases());
     counter("radixkv_lease_expired_total", "Leases ended by --lease_ttl.",

@@ -59,6 +59,9 @@ enum class Method : int {
   kClear,
   kListSessions,
   kWatchEvents,
+  kPin,
+  kUnpin,
+  kListPins,
   kCount,
 };
 const char* MethodName(Method m);

@@ -296,7 +296,8 @@ absl::Status Server::Init() {
       copts.account_names.push_back(t.name);
       copts.account_limits.push_back({.max_pages = t.max_cached_pages,
                                       .max_pinned_pages = t.max_pinned_pages,
-                                      .weight = t.weight});
+                                      .weight = t.weight,
+                                      .max_pin_pages = t.max_pin_pages});
     }
   }
   cache_ = std::make_unique<Cache>(copts);

@@ -173,7 +173,7 @@ absl::Status AccessPolicy::Load() {
                                    {"name", "uids", "gids", "subjects",
                                     "max_sessions", "max_namespaces",
                                     "max_cached_pages", "max_pinned_pages",
-                                    "weight"});
+                                    "max_pin_pages", "weight"});
         !s.ok()) {
       return s;
     }
@@ -200,6 +200,7 @@ absl::Status AccessPolicy::Load() {
          {std::pair<const char*, uint32_t*>{"max_namespaces", &t.max_namespaces},
           {"max_cached_pages", &t.max_cached_pages},
           {"max_pinned_pages", &t.max_pinned_pages},
+          {"max_pin_pages", &t.max_pin_pages},
           {"weight", &t.weight}}) {
       if (absl::Status s = ReadQuota(e, key, file, where, out); !s.ok()) {
         return s;

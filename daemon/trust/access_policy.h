@@ -14,7 +14,8 @@
 //       {"name": "alpha", "uids": [1001], "gids": [2001],
 //        "subjects": ["worker-alpha"],
 //        "max_sessions": 64, "max_namespaces": 8,
-//        "max_cached_pages": 4096, "max_pinned_pages": 1024, "weight": 2},
+//        "max_cached_pages": 4096, "max_pinned_pages": 1024,
+//        "max_pin_pages": 256, "weight": 2},
 //       {"name": "beta", "uids": [1002]}
 //     ],
 //     "admins": {"uids": [1000], "gids": [], "subjects": ["ops"]},
@@ -34,7 +35,9 @@
 // cached pages per unit of `weight` (default 1) loses its least recently
 // used block first, a tenant at max_cached_pages recycles its own, and one
 // whose leases hold max_pinned_pages gets no more (RadixTree's
-// AccountLimits).
+// AccountLimits). max_pin_pages bounds the pages its prefix pins
+// (Admin.Pin) hold together; pins never exceed its weighted share of the
+// pool either.
 //
 // Administrators: uid 0 and the daemon's own uid on the Unix socket, peers
 // whose gid or a supplementary group is in --admin_gids, certificate
@@ -75,10 +78,12 @@ struct Tenant {
   // The tree account its namespaces belong to (RadixTree accounts): i + 1
   // for the i-th tenant of a --tenants file; 0 without one (a single
   // account, plain LRU) and for the daemon's own calls. max_cached_pages,
-  // max_pinned_pages and weight become the account's AccountLimits.
+  // max_pinned_pages, max_pin_pages and weight become the account's
+  // AccountLimits.
   uint32_t account = 0;
   uint32_t max_cached_pages = 0;
   uint32_t max_pinned_pages = 0;
+  uint32_t max_pin_pages = 0;
   uint32_t weight = 1;
   // The salt prefix of its namespaces: TenantScope::SaltPrefixFor(name) for
   // a tenant of a --tenants file, empty for the built-in "default". The

@@ -600,7 +600,7 @@ class CtlTest(unittest.TestCase):
         self.assertEqual(got[0], ["stats"])
         commands = ["health", "endpoint", "stats", "namespaces", "sessions", "tree", "match",
                     "explain", "hash", "evict", "clear", "watch", "size", "version",
-                    "completion", "help"]
+                    "pin", "pins", "unpin", "completion", "help"]
         self.assertEqual(got[1], sorted(commands))
         self.assertEqual(got[2], ["--limit="])
         for flag in ("--limit=", "--max-depth=", "--no-headers", "--endpoint=", "-o",
@@ -696,7 +696,7 @@ class CtlTest(unittest.TestCase):
         self.assertEqual(got[0], ["stats"])
         commands = ["health", "endpoint", "stats", "namespaces", "sessions", "tree", "match",
                     "explain", "hash", "evict", "clear", "watch", "size", "version",
-                    "completion", "help"]
+                    "pin", "pins", "unpin", "completion", "help"]
         self.assertEqual(got[1], sorted(commands))
         self.assertEqual(got[2], ["--limit"])
         self.assertEqual(got[3], ["json", "text"])

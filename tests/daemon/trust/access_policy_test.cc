@@ -108,6 +108,8 @@ TEST(AccessPolicyFileTest, BadFilesNameTheFlagAndThePath) {
        "$.tenants[0].max_namespaces: must be an integer"},
       {R"({"tenants": [{"name": "a", "max_pinned_pages": 1.5}]})",
        "$.tenants[0].max_pinned_pages: must be an integer"},
+      {R"({"tenants": [{"name": "a", "max_pin_pages": -1}]})",
+       "$.tenants[0].max_pin_pages: must be an integer in 0..4294967295"},
       {R"({"tenants": [{"name": "a", "weight": 0}]})",
        "$.tenants[0].weight: must be at least 1"},
       {too_many, absl::StrCat("more than ", kMaxAccounts - 1, " tenants")},
@@ -153,7 +155,8 @@ TEST(AccessPolicyFileTest, AGoodFileIsReadWhole) {
     "tenants": [
       {"name": "alpha", "uids": [1001], "gids": [2001],
        "subjects": ["worker-alpha"], "max_sessions": 64, "max_namespaces": 8,
-       "max_cached_pages": 4096, "max_pinned_pages": 1024, "weight": 2},
+       "max_cached_pages": 4096, "max_pinned_pages": 1024,
+       "max_pin_pages": 256, "weight": 2},
       {"name": "beta.B-2_x", "uids": [1002]}
     ],
     "admins": {"uids": [1000], "gids": [], "subjects": ["ops"]},
@@ -172,6 +175,7 @@ TEST(AccessPolicyFileTest, AGoodFileIsReadWhole) {
   EXPECT_EQ(alpha.max_namespaces, 8u);
   EXPECT_EQ(alpha.max_cached_pages, 4096u);
   EXPECT_EQ(alpha.max_pinned_pages, 1024u);
+  EXPECT_EQ(alpha.max_pin_pages, 256u);
   EXPECT_EQ(alpha.weight, 2u);
   EXPECT_EQ(alpha.members.uids, (std::vector<uid_t>{1001}));
   EXPECT_EQ(alpha.members.gids, (std::vector<gid_t>{2001}));
