@@ -18,19 +18,36 @@ Commit with release, as bench/replay does), under a placement policy:
           number of requests so far
 
 After each request the router waits until that daemon's events of the
-request have arrived, so every decision sees the fleet's exact state. The
-fleet hit ratio is sum(matched_blocks) / sum(total_blocks) as the daemons
+request (the blocks it stored or promoted into the pool) have arrived, so
+every decision sees the fleet's exact state.
+
+The fleet hit ratio is sum(matched_blocks) / sum(total_blocks) as the daemons
 answered. The same placement is simulated by bench/sim/fleet_sim.py; the
 two must agree exactly (placement and matched blocks, request by request),
 and at the end every subscriber's index must equal its daemon's
 Admin.DumpTree listing.
 
+--router picks the index the prefix policies read: `events` (the default)
+the subscribers' own; `dynamo` NVIDIA Dynamo's standalone KV indexer
+(bench/fleet/dynamo_router.py: `python -m dynamo.indexer` of the same
+interpreter, logging to /tmp/rkfleet<pid>_<policy>.dynamo.log),
+subscribed to every daemon and asked /query for each request's overlap
+per worker. After each request the router also waits until Dynamo's
+overlap for that request on its daemon equals the subscriber's prefix
+(the request's events are applied there too). The subscribers still run:
+`router_disagreements` counts the requests where Dynamo's overlaps
+differ from theirs, and the final DumpTree check is theirs. rr reads no
+index and starts no indexer.
+
   bench/fleet/fleet_bench.py --build_dir=build/events --capacity=9000 \\
-      [--policies=rr,prefix] [--requests=0] [--json]
+      [--policies=rr,prefix] [--requests=0] [--shared=none|evicted|all] \\
+      [--router=events|dynamo] [--json]
 
 Exit status: 0 measured == simulated and indexes exact; 1 otherwise;
-3 bad arguments. Needs /usr/bin/python3 with python3-zmq, python3-msgpack,
-python3-grpcio and the radixkv package of the build (<build>/python).
+3 bad arguments (or --router=dynamo without dynamo.indexer). Needs a
+Python with pyzmq, msgpack, grpcio and the radixkv package of the build
+(<build>/python), and for --router=dynamo ai-dynamo-runtime (the project
+venv has them all).
 """
 import argparse
 import json
@@ -44,6 +61,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "bench", "sim"))
 
+import dynamo_router  # noqa: E402
 import kv_subscriber  # noqa: E402
 import fleet_sim  # noqa: E402
 
@@ -73,6 +91,7 @@ class FleetDaemon:
              # as in the simulation: one session may pin the whole pool
              "--max_pinned_pages_per_session=%d" % pages,
              "--shutdown_grace=1s", "--kv_events_endpoint=" + self.pub,
+             "--kv_events_hash=int64",
              "--kv_events_replay_endpoint=" + self.rep],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
@@ -127,6 +146,29 @@ def wait_for(index, key_hash, timeout=10.0):
             index.probe()
 
 
+def wait_dynamo(router, workers, tokens, k, want, i, timeout=10.0):
+    """Until Dynamo's overlap of `tokens` on daemon k is `want` blocks (the
+    subscriber's, once the request's events are in): its events of
+    request i are applied."""
+    deadline = time.time() + timeout
+    while True:
+        got = router.overlap(tokens, workers[k:k + 1])[0]
+        if got == want:
+            return
+        if time.time() > deadline:
+            raise dynamo_router.IndexerError(
+                "request %d on daemon %d: Dynamo's overlap %d blocks, the "
+                "events' %d, after %.0f s" % (i, k, got, want, timeout))
+        time.sleep(0.001)
+
+
+def prefix_len(index, keys):
+    n = 0
+    while n < len(keys) and keys[n] in index.index:
+        n += 1
+    return n
+
+
 def run_policy(args, policy, trace, store=None):
     import radixkv
     spec = radixkv.NamespaceSpec(model="fleet", num_layers=1, num_kv_heads=1,
@@ -140,7 +182,14 @@ def run_policy(args, policy, trace, store=None):
             store.addrs[0], "fleet%d" % os.getpid(), policy, args.shared)
     daemons = [FleetDaemon(args.radixkvd, k, p or (1 << 21), tier)
                for k, p in enumerate(pages)]
+    router = None
     try:
+        if args.router == "dynamo" and policy != "rr":
+            router = dynamo_router.Indexer(
+                "/tmp/rkfleet%d_%s.dynamo.log" % (os.getpid(), policy),
+                spec.model, PAGE_SIZE)
+            workers = router.register([(d.pub, d.rep) for d in daemons])
+        disagreements = 0
         indexes = []
         for d in daemons:
             idx = kv_subscriber.KvIndex(d.pub, d.rep, resync=d.dump)
@@ -159,12 +208,11 @@ def run_policy(args, policy, trace, store=None):
             tokens = [h * PAGE_SIZE + j for h in hash_ids for j in range(PAGE_SIZE)]
             keys = [kv_subscriber.to_hash(k, "int64") for k in
                     radixkv.compute_block_keys(root, PAGE_SIZE, tokens)]
-            lens = []
-            for idx in indexes:
-                prefix = 0
-                while prefix < len(keys) and keys[prefix] in idx.index:
-                    prefix += 1
-                lens.append(prefix)
+            lens = [prefix_len(idx, keys) for idx in indexes]
+            if router is not None:
+                theirs = router.overlap(tokens, workers)
+                disagreements += theirs != lens
+                lens = theirs
             k = fleet_sim.pick(policy, lens, loads, i)
             loads[k] += 1
             lease = clients[k].acquire(tokens)
@@ -174,8 +222,12 @@ def run_policy(args, policy, trace, store=None):
                 lease.commit()
             else:
                 lease.release()
-            if got:
+            if got or lease.promoted_blocks:
+                # the last block the request stored or promoted to the pool
                 wait_for(indexes[k], keys[m + got - 1])
+            if router is not None:
+                wait_dynamo(router, workers, tokens, k,
+                            prefix_len(indexes[k], keys), i)
             if store is not None:
                 wait_written(daemons[k])
             placement.append(k)
@@ -209,10 +261,16 @@ def run_policy(args, policy, trace, store=None):
                 "blocks": blocks, "matched_blocks": sum(matched),
                 "hit_ratio": sum(matched) / blocks if blocks else 0.0,
                 "per_daemon_requests": loads, "indexes_exact": exact,
+                "router": args.router,
                 "gaps": sum(x.gaps for x in indexes),
                 "resyncs": sum(x.resyncs for x in indexes),
-                "elapsed_s": round(elapsed, 1)}, **moved), placement, matched
+                "elapsed_s": round(elapsed, 1)}, **moved,
+                **({} if router is None else
+                   {"router_disagreements": disagreements})), \
+            placement, matched
     finally:
+        if router is not None:
+            router.stop()
         for d in daemons:
             d.stop()
 
@@ -232,12 +290,21 @@ def main(argv):
                    help="a remote tier the daemons share, in a three-shard "
                    "Redis Cluster started here: fed by evictions, or by "
                    "every commit too")
+    p.add_argument("--router", choices=("events", "dynamo"), default="events",
+                   help="the index the prefix policies read: the bench's "
+                   "own subscribers', or NVIDIA Dynamo's KV indexer "
+                   "(python -m dynamo.indexer) subscribed to the daemons")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     policies = args.policies.split(",")
     if args.capacity < 0 or args.daemons < 1 or \
             any(x not in fleet_sim.POLICIES for x in policies):
         p.print_usage(sys.stderr)
+        return 3
+    if args.router == "dynamo" and not dynamo_router.available():
+        print("--router=dynamo: dynamo.indexer is not importable by %s "
+              "(ai-dynamo-runtime; scripts/install_deps.sh installs it)"
+              % sys.executable, file=sys.stderr)
         return 3
     args.radixkvd = os.environ.get(
         "RADIXKVD", os.path.join(args.build_dir, "daemon", "radixkvd"))

@@ -19,23 +19,17 @@ indexer must apply their removals too.
 
 Skipped only when dynamo.indexer is not importable (scripts/install_deps.sh
 installs it in the project's environment)."""
-import importlib.util
-import json
 import os
-import socket
-import subprocess
 import sys
 import tarfile
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 from evtest_util import REPO, EventDaemon, radixkv
+import dynamo_router  # bench/fleet, on sys.path by evtest_util
 
-if importlib.util.find_spec("dynamo") is None or \
-        importlib.util.find_spec("dynamo.indexer") is None:
+if not dynamo_router.available():
     pytest.skip("Dynamo's indexer is not installed (ai-dynamo-runtime; "
                 "scripts/install_deps.sh installs it)", allow_module_level=True)
 
@@ -64,72 +58,10 @@ def tokens_of(hash_ids):
     return [h * PAGE + j for h in hash_ids for j in range(PAGE)]
 
 
-class Indexer:
-    """`python -m dynamo.indexer` on a loopback port of its own."""
-
-    def __init__(self, log_path):
-        self.log_path = log_path
-        for _ in range(5):
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                self.port = s.getsockname()[1]
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "dynamo.indexer",
-                 "--port", str(self.port), "--threads", "1"],
-                stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
-            deadline = time.time() + 30
-            while time.time() < deadline and self.proc.poll() is None:
-                try:
-                    if self.call("/health")[0] == 200:
-                        return
-                except OSError:
-                    time.sleep(0.05)
-            self.stop()  # the port was taken meanwhile, or it failed
-        raise RuntimeError("dynamo.indexer did not start:\n" + self.log())
-
-    def call(self, path, body=None):
-        req = urllib.request.Request(
-            "http://127.0.0.1:%d%s" % (self.port, path),
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def overlap(self, tokens, workers):
-        """Blocks of `tokens` each worker holds, by the indexer."""
-        code, got = self.call("/query", {"token_ids": tokens,
-                                         "model_name": MODEL})
-        assert code == 200, got
-        out = []
-        for w in workers:
-            inst = got["instances"].get(str(w))
-            if inst is None:
-                out.append(0)
-                continue
-            # A none pool's medium is "CPU": Dynamo files it as host
-            # memory, whose reach is the worker's longest match.
-            assert inst["cpu"] == inst["longest_matched"], got
-            assert inst["longest_matched"] % PAGE == 0, got
-            out.append(inst["longest_matched"] // PAGE)
-        return out
-
-    def log(self):
-        with open(self.log_path) as f:
-            return f.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-
-
 def test_dynamo_overlap_equals_each_daemons_match(tmp_path):
     trace = trace_slice(tmp_path, REQUESTS)
     pages = fleet_sim.split_capacity(CAPACITY, 3)
-    idx = Indexer(str(tmp_path / "indexer.log"))
+    idx = dynamo_router.Indexer(str(tmp_path / "indexer.log"), MODEL, PAGE)
     daemons = []
     clients = []
     try:
@@ -137,20 +69,7 @@ def test_dynamo_overlap_equals_each_daemons_match(tmp_path):
             daemons.append(EventDaemon(
                 pages=p, flags=["--max_pinned_pages_per_session=%d" % p,
                                 "--max_prompt_tokens=1048576"]).start())
-        workers = list(range(1, len(daemons) + 1))
-        for w, d in zip(workers, daemons):
-            code, got = idx.call("/register", {
-                "instance_id": w, "endpoint": d.pub, "replay_endpoint": d.rep,
-                "model_name": MODEL, "block_size": PAGE})
-            assert code == 201, got
-        deadline = time.time() + 30
-        while True:
-            code, got = idx.call("/workers")
-            if code == 200 and sorted(x["instance_id"] for x in got
-                                      if x["status"] == "active") == workers:
-                break
-            assert time.time() < deadline, got
-            time.sleep(0.05)
+        workers = idx.register([(d.pub, d.rep) for d in daemons])
         clients = [radixkv.Client(endpoint=d.sock, namespace=SPEC,
                                   release_delay=0, call_timeout=30,
                                   heartbeat_interval=10) for d in daemons]
