@@ -295,6 +295,12 @@ def test_a_cut_link_costs_hits_not_answers(fleet, prompts, reference):
         assert rc.promoted_blocks == 0, rc
         assert rc.read_errors >= 1, rc
         assert rc.unavailable and rc.breaker_trips >= 1, rc
+        ctl = subprocess.run([executable("RADIXKVCTL"), "--endpoint",
+                              "unix:" + c.sock, "stats"],
+                             capture_output=True, text=True, timeout=30)
+        assert ctl.returncode == 0, ctl.stderr
+        assert "tier remote:" in ctl.stdout and \
+            "UNAVAILABLE (circuit open)" in ctl.stdout, ctl.stdout
         s = c.stats()
         assert s.leases == 0 and s.writing_pages == 0, s
     finally:
