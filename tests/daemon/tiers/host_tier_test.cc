@@ -282,6 +282,37 @@ TEST_F(TierChainTest, AttachRefusesAPoolOfAnotherPageSize) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("pages of 8192 bytes"));
 }
 
+TEST_F(TierChainTest, LookupsInAnotherNamespaceFindNothing) {
+  // A caller in key mode can name any key: the tiers answer only for
+  // blocks of the caller's own namespace (root), in host memory and on disk.
+  MakeChain(/*host=*/2, /*disk=*/8);
+  std::vector<EvictedPage> evicted;
+  for (uint64_t i = 0; i < 4; ++i) {
+    FillPage(i, static_cast<unsigned char>(0x60 + i));
+    evicted.push_back({.block = Block(i), .page = i, .ns = 1});
+  }
+  std::vector<TierMove> moves;
+  chain_->Demote(evicted, &moves);
+  const std::vector<BlockKey> keys = {Key(0), Key(1), Key(2), Key(3)};
+  const BlockKey own = Block(0).root;
+  const BlockKey other = Key(7777);
+  EXPECT_EQ(chain_->CountPresent(keys, nullptr, &other), 0u);
+  EXPECT_EQ(chain_->CountPresent(keys, nullptr, &own), 4u);
+  std::vector<uint64_t> pages = {8, 9, 10, 11};
+  for (uint64_t p : pages) FillPage(p, 0);
+  moves.clear();
+  EXPECT_EQ(chain_->Promote(keys, pages, &moves, &other), 0u);
+  for (uint64_t p : pages) {
+    EXPECT_EQ(static_cast<unsigned char*>(pool_->host_page_address(p))[0], 0);
+  }
+  EXPECT_TRUE(moves.empty());
+  ASSERT_EQ(chain_->Promote(keys, pages, &moves, &own), 4u);
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(static_cast<unsigned char*>(pool_->host_page_address(8 + i))[0],
+              0x60 + i);
+  }
+}
+
 TEST_F(TierChainTest, BlocksGoDownThroughHostMemoryToDiskAndComeBackIntact) {
   MakeChain(/*host=*/2, /*disk=*/8);
   // Five evictions, oldest first: the host tier keeps the newest two, the
