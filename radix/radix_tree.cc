@@ -114,6 +114,7 @@ RadixTree::Impl::Impl(const RadixTreeOptions& o)
       sentinel(o.capacity_pages),
       num_accounts(o.accounts),
       probation_sentinel(o.capacity_pages + o.accounts),
+      class_sentinel(o.capacity_pages + 2 * o.accounts),
       accounts(o.accounts) {
   if (o.eviction_policy == EvictionPolicy::kTurnDuel) {
     turn_duel = std::make_unique<radix_internal::TurnDuel>(o.capacity_pages);
@@ -123,12 +124,15 @@ RadixTree::Impl::Impl(const RadixTreeOptions& o)
 absl::Status RadixTree::Impl::Init() {
   WriterMutexLock lock(&mu);
   const size_t slots = size_t{capacity} + 2 * accounts.size();
+  const size_t link_slots =
+      slots + size_t{kMaxPriority + 1} * accounts.size();
   nodes.reset(NewLargeArray<Node>(slots));
-  links.reset(NewLargeArray<radix_internal::Link>(slots));
+  links.reset(NewLargeArray<radix_internal::Link>(link_slots));
   if (nodes == nullptr || links == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "capacity_pages=", capacity, ": cannot allocate the index's ",
-        slots * (sizeof(Node) + sizeof(radix_internal::Link)), " bytes"));
+        slots * sizeof(Node) + link_slots * sizeof(radix_internal::Link),
+        " bytes"));
   }
   // The index never holds more than `capacity` keys. Sizing it now means it
   // never grows (growing rehashes every key under the exclusive lock), and
@@ -147,7 +151,7 @@ absl::Status RadixTree::Impl::Init() {
   }
   free_head = capacity > 0 ? 0 : kNoPage;
   free_count = capacity;
-  for (PageId s = sentinel; s < slots; ++s) links[s] = {s, s};
+  for (PageId s = sentinel; s < link_slots; ++s) links[s] = {s, s};
   return absl::OkStatus();
 }
 
@@ -179,7 +183,9 @@ void RadixTree::Impl::RememberEviction(const BlockKey& k) {
 
 PageId RadixTree::Impl::VictimList() const {
   if (accounts.size() == 1) {
-    const PageId head = turn_duel == nullptr ? sentinel : AccountVictimList(0);
+    const PageId head = turn_duel == nullptr && prio == nullptr
+                            ? sentinel
+                            : AccountVictimList(0);
     return links[head].next != head ? head : kNoPage;
   }
   // The account with the most cached pages per unit of weight that has an
@@ -215,6 +221,12 @@ bool RadixTree::Impl::EvictFrom(PageId head, EvictedBlock* out) {
   __builtin_prefetch(&nd[next]);  // the likely next victim
   ln[head].next = next;           // unlink the list head
   ln[next].prev = head;
+  if (ABSL_PREDICT_FALSE(head >= class_sentinel) && next == head) {
+    // The class's list is empty now.
+    const uint32_t c = (head - class_sentinel) % (kMaxPriority + 1);
+    accounts[(head - class_sentinel) / (kMaxPriority + 1)].class_bits[c / 64] &=
+        ~(uint64_t{1} << (c % 64));
+  }
   index.erase(p);
   if (n.parent != kNoPage) --nd[n.parent].children;
   --namespaces[n.ns].cached_blocks;
@@ -249,7 +261,8 @@ uint64_t RadixTree::Impl::EvictMany(uint64_t max) {
   // links and prefetches victims' nodes, the near one (whose nodes have
   // arrived by then) prefetches their index buckets. Only the walk over the
   // dense links array stays a chain of dependent loads.
-  if (accounts.size() != 1 || turn_duel != nullptr) {
+  DecayIfDue(NowSeconds());
+  if (accounts.size() != 1 || turn_duel != nullptr || prio != nullptr) {
     // Each victim may come from another list: no scouting.
     uint64_t n = 0;
     while (n < max && EvictOne()) ++n;

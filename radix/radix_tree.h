@@ -224,6 +224,36 @@ struct PinInfo {
   absl::Time created;
 };
 
+// Retention priorities (AcquireRequest::priorities, Commit). A block's
+// priority orders eviction inside its account: an account's unpinned
+// leaves of the lowest priority go first, and inside one priority the
+// eviction policy's order applies. Accounts are chosen as before
+// (AccountLimits), so no priority moves another account's pages.
+inline constexpr uint32_t kDefaultPriority = 35;
+inline constexpr uint32_t kMaxPriority = 100;
+// Longest duration a priority may carry before it decays to the default.
+inline constexpr absl::Duration kMaxPriorityDuration = absl::Hours(24 * 30);
+// Most ranges one Acquire or Commit may carry.
+inline constexpr size_t kMaxPriorityRanges = 64;
+
+// Priority `priority` (0 .. kMaxPriority) for the prompt's blocks
+// first_block .. first_block + blocks - 1 (block 0: the prompt's first
+// block), for `duration` (rounded up to whole seconds; <= 0 or
+// InfiniteDuration: until the block leaves the tree), after which it
+// decays to kDefaultPriority. A lease's ranges apply when it ends, to the
+// blocks its path then holds; every block of a lease's path not in a range
+// gets kDefaultPriority. A block keeps the highest priority any lease gave
+// it (a priority above the default until the latest of their expiries, one
+// below it until the earliest), and a block's prefix keeps at least the
+// priority of the blocks below it: a block cannot leave the tree before
+// the blocks it is the prefix of.
+struct BlockPriority {
+  uint32_t first_block = 0;
+  uint32_t blocks = 0;
+  uint32_t priority = kDefaultPriority;
+  absl::Duration duration = absl::InfiniteDuration();
+};
+
 struct AcquireRequest {
   NamespaceId ns = 0;
   // The prompt, in one of two forms:
@@ -273,6 +303,11 @@ struct AcquireRequest {
   // WRITING, owned by no lease, so that no other writer is handed it while
   // the copy runs.
   bool hold_new_pages = false;
+  // Retention priorities for ranges of the prompt's blocks (BlockPriority),
+  // applied when the lease ends. INVALID_ARGUMENT (nothing changed) for a
+  // priority above kMaxPriority, a duration above kMaxPriorityDuration or a
+  // range not within the prompt's full blocks, naming priorities[i].
+  absl::Span<const BlockPriority> priorities;
 };
 
 // A cached block an Acquire evicted to make room (report_evictions). Its
@@ -520,9 +555,14 @@ class RadixTree {
   // Messages do not name a field: the caller prefixes its own.
   // With report_inserted, CommitResult::inserted_keys lists the keys of
   // the blocks this call inserted.
-  absl::StatusOr<CommitResult> Commit(LeaseId lease, uint32_t blocks,
-                                      bool release, OwnerId owner = kNoOwner,
-                                      bool report_inserted = false);
+  // `priorities` (BlockPriority; block numbers count from the prompt's
+  // first block) join the lease's own and apply when it ends;
+  // INVALID_ARGUMENT for one out of range, as for Acquire (the lease's
+  // prompt bounds the blocks), and nothing changes.
+  absl::StatusOr<CommitResult> Commit(
+      LeaseId lease, uint32_t blocks, bool release, OwnerId owner = kNoOwner,
+      bool report_inserted = false,
+      absl::Span<const BlockPriority> priorities = {});
 
   // Ends `lease`: unpins its path, frees its uncommitted and duplicate pages.
   // NOT_FOUND as for Commit.
@@ -610,6 +650,9 @@ class RadixTree {
   size_t TEST_TokenKeys(NamespaceId ns, absl::Span<const uint32_t> tokens,
                         bool stop_at_missing,
                         std::vector<BlockKey>* keys) const;
+  // The retention priority page `page` holds now (kDefaultPriority for one
+  // that has none, or whose priority expired).
+  uint32_t TEST_priority(PageId page) const;
   // The eviction epoch: changes whenever a cached block leaves the tree.
   uint64_t TEST_eviction_epoch() const;
   // Acquire and Match of a token-mode prompt whose keys are `req.keys`

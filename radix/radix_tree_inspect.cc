@@ -393,13 +393,17 @@ absl::Status RadixTree::Impl::CheckLists(const PageCounts& c) const {
     }
     if (links[head].prev != prev) return fail("recency list tail link");
   }
+  if (absl::Status s = CheckPriorityLists(pos, list, &rank); !s.ok()) {
+    return s;
+  }
   if (rank != n_cached - n_pinned) {
     return fail("recency list has ", rank, " nodes, ", n_cached - n_pinned,
                 " are unpinned");
   }
   uint64_t on_probation = 0;
   for (PageId p = 0; p < capacity; ++p) {
-    on_probation += pos[p] != 0 && list[p] >= accounts.size();
+    on_probation += pos[p] != 0 && list[p] >= accounts.size() &&
+                    list[p] < 2 * accounts.size();
   }
   if (on_probation != probation_count) {
     return fail("probation stacks hold ", on_probation, " nodes, ",
@@ -412,7 +416,7 @@ absl::Status RadixTree::Impl::CheckLists(const PageCounts& c) const {
     }
     const Node& parent = nodes[n.parent];
     if (parent.refs != 0) continue;
-    if (parent.probation && !n.probation) {
+    if (parent.probation && !n.probation && list[p] < 2 * accounts.size()) {
       return fail("page ", p, " is on a recency list, its parent ", n.parent,
                   " on a probation stack");
     }

@@ -51,12 +51,14 @@
 #ifndef RADIXKV_RADIX_RADIX_TREE_INTERNAL_H_
 #define RADIXKV_RADIX_RADIX_TREE_INTERNAL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "absl/base/attributes.h"
@@ -232,6 +234,41 @@ struct PageEq {
 using KeyIndex =
     absl::flat_hash_set<PageId, PageHash, PageEq, LargeAllocator<PageId>>;
 
+// A block's retention priority as a function of time: `prio` until
+// `expires` (seconds since the tree's epoch; kNever: no expiry), then
+// kDefaultPriority. The default always has expires == kNever.
+inline constexpr uint32_t kNever = 0xffffffffu;
+struct Priority {
+  uint8_t prio = kDefaultPriority;
+  uint32_t expires = kNever;
+};
+// No requirement at all: below every priority, the identity of Combine.
+inline constexpr Priority kBottomPriority{0, kNever};
+// The least Priority that is at every time at least both a and b: exact
+// unless both are above the default, when the higher priority is kept
+// until the later expiry.
+inline Priority CombinePriority(Priority a, Priority b) {
+  const bool ha = a.prio >= kDefaultPriority, hb = b.prio >= kDefaultPriority;
+  if (ha && hb) {
+    if (a.prio == kDefaultPriority) return b;
+    if (b.prio == kDefaultPriority) return a;
+    return {std::max(a.prio, b.prio), std::max(a.expires, b.expires)};
+  }
+  if (ha) return a;
+  if (hb) return b;
+  return {std::max(a.prio, b.prio), std::min(a.expires, b.expires)};
+}
+// Its value at time t.
+inline uint32_t PriorityAt(Priority v, uint32_t t) {
+  return t < v.expires ? v.prio : kDefaultPriority;
+}
+// A lease's BlockPriority, its expiry resolved.
+struct PriorityRange {
+  uint32_t first = 0;
+  uint32_t blocks = 0;
+  Priority value;
+};
+
 struct Lease {
   OwnerId owner = kNoOwner;
   absl::Time expires = absl::InfiniteFuture();
@@ -252,6 +289,11 @@ struct Lease {
   std::vector<PageId> path;     // pinned nodes, root first
   std::vector<PageId> writing;  // allocated pages in block order
   std::vector<BlockKey> keys;   // keys of those blocks
+  // Full blocks of the prompt (bounds Commit's priorities).
+  uint32_t total_blocks = 0;
+  // Retention priorities of its blocks (Acquire's and Commit's), applied
+  // when it ends (Impl::ApplyPriorities).
+  std::vector<PriorityRange> priorities;
   // Prefix pins: when PinPrefix made it, and the prompt's full blocks.
   absl::Time created;
   uint32_t pin_blocks = 0;
@@ -280,6 +322,9 @@ struct Account {
   uint64_t limited = 0;
   uint64_t pins = 0;       // its prefix pins
   uint64_t pin_pages = 0;  // pages they hold (Lease::held of each)
+  // Priority classes other than the default whose lists may hold nodes
+  // (bit c: class c); a clear bit means an empty list.
+  uint64_t class_bits[2] = {0, 0};
 };
 
 // A token-mode prompt's keys, found before the tree's exclusive lock is
@@ -504,6 +549,7 @@ struct RadixTree::Impl {
     if (--n.refs == 0) {
       assert(pinned_count > 0);
       --pinned_count;
+      if (ABSL_PREDICT_FALSE(prio != nullptr) && ListClassed(p, now)) return;
       if (n.probation) {
         LinkAfter(p, *prob_at);
         *prob_at = p;
@@ -533,9 +579,66 @@ struct RadixTree::Impl {
   // (top first) while that holds a node, else its recency list; either
   // may be empty.
   PageId AccountVictimList(uint32_t a) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    if (ABSL_PREDICT_FALSE(prio != nullptr)) return ClassedVictimList(a);
     const PageId prob = probation_sentinel + a;
     return links[prob].next != prob ? prob : sentinel + a;
   }
+  // --- Retention priorities (radix_tree_priority.cc). The side arrays
+  // prio / prio_expires exist from the first priority other than the
+  // default on; until then none of these runs.
+  // The head of class c's list of account a (c != kDefaultPriority).
+  PageId ClassHead(uint32_t a, uint32_t c) const {
+    return class_sentinel + a * (kMaxPriority + 1) + c;
+  }
+  radix_internal::Priority StoredPriority(PageId p) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return {prio[p], prio_expires[p]};
+  }
+  // Page p's priority now; an expired one is reset to the default first.
+  // REQUIRES: p is pinned (not on a list) or its class does not change.
+  radix_internal::Priority EvalPriority(PageId p, uint32_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Unpin's step for an unpinned node: onto its class's list when its
+  // priority now is not the default (true), else false (the default lists).
+  bool ListClassed(PageId p, uint32_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // AccountVictimList with priorities: the account's lowest non-empty
+  // class; the default class is its probation stack, then recency list.
+  PageId ClassedVictimList(uint32_t a) const ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // INVALID_ARGUMENT naming `what`[i] for a range out of bounds.
+  static absl::Status CheckPriorities(const char* what,
+                                      absl::Span<const BlockPriority> ranges,
+                                      uint32_t total_blocks);
+  // Allocates the side arrays (every page at the default) when `ranges`
+  // name a priority other than the default and they do not exist yet;
+  // RESOURCE_EXHAUSTED when out of memory.
+  absl::Status EnablePriorities(absl::Span<const BlockPriority> ranges)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Adds checked ranges to the lease. REQUIRES: EnablePriorities(ranges).
+  void AddPriorities(Lease& lease, absl::Span<const BlockPriority> ranges,
+                     uint32_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // EndLease's step before unpinning: every node of the path takes the
+  // combination of its priority, the lease's for its block (default when
+  // none) and its child's on the path, so a parent's priority is never
+  // below a child's at any time.
+  void ApplyPriorities(const Lease& lease, uint32_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Moves the unpinned nodes whose priority expired by `now` to the
+  // default recency list: those above the default at its newest end
+  // (deepest first), those below at its oldest end (deepest last), so
+  // each stays nearer the head than its parent. Run before eviction picks
+  // a victim.
+  void DecayExpired(uint32_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void DecayIfDue(uint32_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (ABSL_PREDICT_FALSE(prio != nullptr) && !expiry_heap.empty() &&
+        expiry_heap.front().first <= now) {
+      DecayExpired(now);
+    }
+  }
+  absl::Status CheckPriorityLists(std::vector<uint32_t>& pos,
+                                  std::vector<uint32_t>& list,
+                                  uint32_t* rank) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
+
   PageId PopFree() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void PushFree(PageId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The sentinel of the recency list the next victim comes from when the
@@ -670,6 +773,9 @@ struct RadixTree::Impl {
   const uint32_t num_accounts;  // RadixTreeOptions::accounts == accounts.size()
   // == capacity + num_accounts: account 0's probation stack head.
   const PageId probation_sentinel;
+  // == capacity + 2 num_accounts: the heads of the priority classes' lists
+  // (ClassHead), kMaxPriority + 1 per account (the default's unused).
+  const PageId class_sentinel;
 
   mutable SharedMutex mu;
   // mu protects the following state.
@@ -677,8 +783,10 @@ struct RadixTree::Impl {
   // never reallocated, so the key index may hold a pointer to it.
   std::unique_ptr<Node[], radix_internal::LargeDeleter> nodes
       ABSL_GUARDED_BY(mu);
-  // capacity + 2 accounts.size() links; links[sentinel + a] heads account
-  // a's recency list, links[probation_sentinel + a] its probation stack.
+  // capacity + (2 + kMaxPriority + 1) accounts.size() links;
+  // links[sentinel + a] heads account a's recency list,
+  // links[probation_sentinel + a] its probation stack, links[ClassHead(a,
+  // c)] its list of priority class c.
   std::unique_ptr<radix_internal::Link[], radix_internal::LargeDeleter> links
       ABSL_GUARDED_BY(mu);
   KeyIndex index ABSL_GUARDED_BY(mu);
@@ -730,6 +838,16 @@ struct RadixTree::Impl {
   // The turn_duel policy's state (null for lru: no probation stack is
   // ever used).
   std::unique_ptr<radix_internal::TurnDuel> turn_duel ABSL_GUARDED_BY(mu);
+  // Retention priorities, per page (Priority): null until the first
+  // priority other than the default. A cached node's class is prio[p];
+  // unpinned, it is on ClassHead(account, prio[p])'s list, or on the
+  // default lists for kDefaultPriority. Along every path a child's
+  // Priority is at no time above its parent's.
+  std::unique_ptr<uint8_t[]> prio ABSL_GUARDED_BY(mu);
+  std::unique_ptr<uint32_t[]> prio_expires ABSL_GUARDED_BY(mu);
+  // (expires, page) of the priorities set with an expiry, a min-heap; an
+  // entry whose page no longer has that priority is stale and skipped.
+  std::vector<std::pair<uint32_t, PageId>> expiry_heap ABSL_GUARDED_BY(mu);
   TreeStats stats ABSL_GUARDED_BY(mu);  // counters only; gauges computed
   // Match runs under a shared lock, so its counters are atomic.
   mutable std::atomic<uint64_t> matches{0};

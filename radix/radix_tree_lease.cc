@@ -32,6 +32,7 @@ void RadixTree::Impl::EndLease(Lease& lease) {
       PushFree(p);
     }
   }
+  if (prio != nullptr) ApplyPriorities(lease, now);
   // Deepest first, so each node lands in the recency list after its
   // children, and on the probation stack below them.
   const PageId head = SentinelOf(lease.ns);
@@ -237,8 +238,11 @@ absl::StatusOr<AcquireResult> RadixTree::Impl::AcquireResolved(
   const absl::Time now = absl::Now();
   WriterMutexLock lock(&mu);
   RETURN_IF_ERROR(ValidateRequest("Acquire", req.ns, prompt.keys, prompt.tokens));
+  RETURN_IF_ERROR(
+      CheckPriorities("priorities", req.priorities, prompt.total_blocks));
   RETURN_IF_ERROR(CheckEndLeases(req, now));
   RETURN_IF_ERROR(CheckAccountPins(req));
+  RETURN_IF_ERROR(EnablePriorities(req.priorities));
   return AcquireLocked(req, prompt);
 }
 
@@ -246,6 +250,7 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
                                              const ResolvedPrompt& prompt) {
   const uint32_t ps = namespaces[req.ns].spec.page_size;
   const uint32_t now = NowSeconds();
+  DecayIfDue(now);
   AcquireResult r;
   r.total_blocks = prompt.total_blocks;
   r.pages.reserve(prompt.keys.size());
@@ -329,6 +334,8 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
   lease.ns = req.ns;
   lease.has_tokens = !prompt.tokens.empty();
   lease.chain_keyed = prompt.chain_keys;
+  lease.total_blocks = prompt.total_blocks;
+  if (!req.priorities.empty()) AddPriorities(lease, req.priorities, now);
   const uint32_t account_id = namespaces[req.ns].account;
   for (uint32_t k = 0; k < want; ++k) {
     const bool at_limit =
@@ -402,6 +409,11 @@ void RadixTree::Impl::InsertNode(Lease& lease, PageId w, const BlockKey& key,
   n.chain_keyed = lease.chain_keyed;
   n.probation = !lease.admit;
   n.hot_child = kNoPage;
+  if (prio != nullptr) {
+    // No priority until its lease ends (ApplyPriorities gives it one).
+    prio[w] = radix_internal::kBottomPriority.prio;
+    prio_expires[w] = radix_internal::kBottomPriority.expires;
+  }
   SetHotChild(lease.ns, parent, w);
   index.insert(w);
   if (parent != kNoPage) ++nodes[parent].children;
@@ -432,7 +444,9 @@ void RadixTree::Impl::InsertNode(Lease& lease, PageId w, const BlockKey& key,
 absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
                                                uint32_t blocks, bool release,
                                                OwnerId owner,
-                                               bool report_inserted) {
+                                               bool report_inserted,
+                                               absl::Span<const BlockPriority>
+                                                   priorities) {
   Impl& m = *impl_;
   const absl::Time wall = absl::Now();
   WriterMutexLock lock(&m.mu);
@@ -450,7 +464,11 @@ absl::StatusOr<CommitResult> RadixTree::Commit(LeaseId lease_id,
                   absl::StrCat("blocks=", blocks, " exceeds the lease's ",
                                uncommitted, " uncommitted new pages"));
   }
+  RETURN_IF_ERROR(m.CheckPriorities("priorities", priorities,
+                                    lease.total_blocks));
+  RETURN_IF_ERROR(m.EnablePriorities(priorities));
   const uint32_t now = m.NowSeconds();
+  if (!priorities.empty()) m.AddPriorities(lease, priorities, now);
   const uint32_t ps = m.arena_page_size;
   CommitResult r;
   for (uint32_t j = lease.committed; j < lease.committed + blocks; ++j) {
