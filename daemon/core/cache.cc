@@ -247,6 +247,8 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
   ASSIGN_OR_RETURN(
       Prompt p, ValidatePrompt(FieldsOf(req), session.binding.page_size, options_));
   RETURN_IF_ERROR(CheckReleaseLeaseList(req.release_leases()));
+  ASSIGN_OR_RETURN(std::vector<BlockPriority> priorities,
+                   ConvertPriorities(req.priorities()));
   RadixTree* t = registry_.tree();
   if (t == nullptr) return absl::InternalError("session without a pool");
   const absl::Time expires = absl::Now() + options_.sessions.lease_ttl;
@@ -264,7 +266,8 @@ absl::Status Cache::Acquire(const v1::AcquireRequest& req,
        .end_leases = absl::MakeConstSpan(carried.data(), carried.size()),
        .report_evictions = tiers_ != nullptr,
        // The tiers copy into and out of the new pages before the answer.
-       .hold_new_pages = tiers_ != nullptr});
+       .hold_new_pages = tiers_ != nullptr,
+       .priorities = priorities});
   if (!r.ok()) return LeaseError(r.status(), caller);
   if (r->lease != 0 && !sessions_.Exists(req.session_id())) {
     // The session closed while this Acquire ran, possibly after its
@@ -309,9 +312,12 @@ absl::Status Cache::Commit(const v1::CommitRequest& req,
   // A write-through tier copies the inserted pages while the lease still
   // pins them: commit without releasing, copy, then release.
   const bool through = tiers_ != nullptr && tiers_->writes_through();
+  ASSIGN_OR_RETURN(std::vector<BlockPriority> priorities,
+                   ConvertPriorities(req.priorities()));
   absl::StatusOr<CommitResult> r =
       t->Commit(req.lease_id(), req.blocks(), req.release() && !through,
-                session.owner, /*report_inserted=*/tiers_ != nullptr);
+                session.owner, /*report_inserted=*/tiers_ != nullptr,
+                priorities);
   if (!r.ok()) return LeaseError(r.status(), caller);
   if (tiers_ != nullptr) {
     tiers_->AfterCommit(t, session.binding.ns, r->inserted_keys);

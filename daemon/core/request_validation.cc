@@ -215,6 +215,42 @@ absl::Status CheckReleaseLeaseList(
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<BlockPriority>> ConvertPriorities(
+    const google::protobuf::RepeatedPtrField<v1::BlockPriority>& ranges) {
+  if (static_cast<size_t>(ranges.size()) > kMaxPriorityRanges) {
+    return Invalid("priorities", absl::StrCat(ranges.size(), " ranges, at most ",
+                                              kMaxPriorityRanges));
+  }
+  const uint64_t max_ms =
+      static_cast<uint64_t>(absl::ToInt64Milliseconds(kMaxPriorityDuration));
+  std::vector<BlockPriority> out;
+  out.reserve(ranges.size());
+  for (int i = 0; i < ranges.size(); ++i) {
+    const v1::BlockPriority& r = ranges[i];
+    const std::string field = absl::StrCat("priorities[", i, "]");
+    if (r.priority() > kMaxPriority) {
+      return Invalid(absl::StrCat(field, ".priority"),
+                     absl::StrCat(r.priority(), " exceeds the limit of ",
+                                  kMaxPriority));
+    }
+    if (r.duration_ms() > max_ms) {
+      return Invalid(absl::StrCat(field, ".duration_ms"),
+                     absl::StrCat(r.duration_ms(), " exceeds the limit of ",
+                                  max_ms, " (30 days)"));
+    }
+    if (r.blocks() == 0) {
+      return Invalid(absl::StrCat(field, ".blocks"), "must be at least 1");
+    }
+    out.push_back({.first_block = r.first_block(),
+                   .blocks = r.blocks(),
+                   .priority = r.priority(),
+                   .duration = r.duration_ms() == 0
+                                   ? absl::InfiniteDuration()
+                                   : absl::Milliseconds(r.duration_ms())});
+  }
+  return out;
+}
+
 absl::Span<const uint32_t> TokensLeView(absl::string_view bytes,
                                         std::vector<uint32_t>* copy) {
   const size_t n = bytes.size() / sizeof(uint32_t);

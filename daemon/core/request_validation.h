@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "radix/block_key.h"
+#include "radix/radix_tree.h"
 #include "radixkv/v1/radixkv.pb.h"
 
 namespace radixkv::daemon {
@@ -79,6 +80,14 @@ absl::StatusOr<Prompt> ValidatePrompt(const PromptFields& f,
 // check, made atomically with the Acquire.
 absl::Status CheckReleaseLeaseList(
     const google::protobuf::RepeatedField<uint64_t>& leases);
+
+// AcquireRequest/CommitRequest.priorities as the tree's BlockPriority:
+// at most kMaxPriorityRanges ranges, priority <= kMaxPriority, duration_ms
+// <= kMaxPriorityDuration (0: no expiry), blocks > 0; INVALID_ARGUMENT
+// naming priorities[i] and the limit. Whether a range lies within the
+// prompt is the tree's check.
+absl::StatusOr<std::vector<BlockPriority>> ConvertPriorities(
+    const google::protobuf::RepeatedPtrField<v1::BlockPriority>& ranges);
 
 // The token ids in `bytes` (little-endian u32 each; REQUIRES: size a
 // multiple of 4) without copying when the bytes are 4-byte aligned; else they
