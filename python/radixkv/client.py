@@ -160,6 +160,23 @@ def _usable_until(sent: float, ttl: float, expires_unix_ms: int) -> float:
     return deadline - max(0.0, min(1.0, span / 10))
 
 
+def priority_ranges(priorities):
+    """pb.BlockPriority messages of `priorities`: each a pb.BlockPriority or
+    (first_block, blocks, priority[, seconds]); seconds None or 0: no
+    expiry. The daemon checks the limits (docs/API.md)."""
+    out = []
+    for p in priorities:
+        if isinstance(p, pb.BlockPriority):
+            out.append(p)
+            continue
+        first, blocks, priority, *rest = p
+        seconds = rest[0] if rest else None
+        out.append(pb.BlockPriority(
+            first_block=first, blocks=blocks, priority=priority,
+            duration_ms=0 if not seconds else max(1, int(seconds * 1000))))
+    return out
+
+
 def _closed() -> errors.Unavailable:
     return errors.Unavailable("the client is closed", code=grpc.StatusCode.CANCELLED)
 
@@ -302,11 +319,13 @@ class Lease:
         return lease_id
 
     def commit(self, blocks: Optional[int] = None, release: bool = True,
-               keep_writing: bool = False):
+               keep_writing: bool = False, priorities=()):
         """Commits the next `blocks` (default: all) uncommitted new pages, in
         block order, as the blocks after the matched prefix; with release
         also ends the lease. REQUIRES: their K/V is written (kernels
         finished). Returns the radixkv.v1.CommitResponse.
+
+        priorities: retention priorities, as for Client.acquire.
 
         keep_writing (with release=False): later new pages are still being
         written (begin_external_write); the lease stays counted as a writer
@@ -323,7 +342,7 @@ class Lease:
         extra = (keep_writing and not release and self._life is not None
                  and self.lease_id != 0 and self._life.begin_write())
         try:
-            return self._commit(blocks, release)
+            return self._commit(blocks, release, priorities)
         finally:
             if extra:
                 if self.held and not self._writing:
@@ -331,7 +350,7 @@ class Lease:
                 else:
                     self._life.end_write()
 
-    def _commit(self, blocks: Optional[int], release: bool):
+    def _commit(self, blocks: Optional[int], release: bool, priorities=()):
         self._end_writes()  # the writes of the blocks to commit have finished
         self._require_held("commit")
         if blocks is None:
@@ -348,7 +367,8 @@ class Lease:
             raise _lease_lost("commit: the session of this lease ended (daemon "
                               "restart or client closed); the pages were not cached")
         request = pb.CommitRequest(session_id=self._session_id, lease_id=self.lease_id,
-                                   blocks=blocks, release=release)
+                                   blocks=blocks, release=release,
+                                   priorities=priority_ranges(priorities))
         try:
             response = self._core.kv.Commit(request,
                                             timeout=self._core.options.call_timeout)
@@ -593,24 +613,32 @@ class Client:
                 reason=errors.REASON_INVALID)
         return packed
 
-    def acquire(self, tokens, allocate: bool = True, max_new_blocks: int = 0) -> Lease:
+    def acquire(self, tokens, allocate: bool = True, max_new_blocks: int = 0,
+                priorities=()) -> Lease:
         """Pins the longest cached prefix of `tokens` (list of ints or a
         NumPy integer array) and, with allocate, takes pages for the next
         full blocks (at most max_new_blocks; 0: all). Returns a Lease,
         degraded when the daemon is away or late. Raises InvalidArgument /
-        FailedPrecondition for input the daemon refuses."""
+        FailedPrecondition for input the daemon refuses.
+
+        priorities: retention priorities for ranges of the prompt's full
+        blocks (docs/API.md), each (first_block, blocks, priority[,
+        seconds]) or a pb.BlockPriority: priority 0..100 (default 35), for
+        `seconds` (None or 0: while cached), lower evicted first."""
         prompt = self._prompt_bytes(tokens)
         request = pb.AcquireRequest(tokens_le=prompt, allocate=allocate,
-                                    max_new_blocks=max_new_blocks, pages_le=True)
+                                    max_new_blocks=max_new_blocks, pages_le=True,
+                                    priorities=priority_ranges(priorities))
         return self._acquire(request, len(prompt) // 4 // self._page_size)
 
     def acquire_keys(self, keys, allocate: bool = True,
-                     max_new_blocks: int = 0) -> Lease:
+                     max_new_blocks: int = 0, priorities=()) -> Lease:
         """Key mode: one 16-byte key per full block (compute_keys), sent as
         block_keys_packed; the daemon must run with --allow_key_mode."""
         packed = self._packed_keys(keys)
         request = pb.AcquireRequest(block_keys_packed=packed, allocate=allocate,
-                                    max_new_blocks=max_new_blocks, pages_le=True)
+                                    max_new_blocks=max_new_blocks, pages_le=True,
+                                    priorities=priority_ranges(priorities))
         return self._acquire(request, len(packed) // 16)
 
     def _call_acquire(self, request):

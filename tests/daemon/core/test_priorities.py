@@ -140,3 +140,27 @@ def test_too_many_ranges_are_refused(daemon):
             e.value.details(), e.value.details()
     finally:
         r.close()
+
+
+def test_the_python_client_carries_priorities(daemon):
+    """radixkv.Client.acquire / Lease.commit take (first_block, blocks,
+    priority[, seconds]) ranges."""
+    c = radixkv.Client(endpoint=daemon.sock, namespace=SMALL, release_delay=0)
+    try:
+        with c.acquire(prompt(0), priorities=[(0, BLOCKS, 90)]) as lease:
+            lease.commit()
+        with c.acquire(prompt(1)) as lease:
+            lease.commit(priorities=[(0, BLOCKS, 40, 3600)])
+        with c.acquire(prompt(2)) as lease:
+            lease.commit()
+        # prompt 0 (90) outlives prompt 1 (40) and no default block was
+        # lower than 40: prompt 1 went.
+        with c.acquire(prompt(0), allocate=False) as lease:
+            assert lease.matched_blocks == BLOCKS
+        with c.acquire(prompt(1), allocate=False) as lease:
+            assert lease.matched_blocks == 0
+        with pytest.raises(radixkv.InvalidArgument) as e:
+            c.acquire(prompt(3), priorities=[(0, 1, 101)])
+        assert "priorities[0].priority" in str(e.value)
+    finally:
+        c.close()
