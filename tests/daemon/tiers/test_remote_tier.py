@@ -25,6 +25,7 @@ sys.path.insert(0, HERE)
 from rkv_testutil import Daemon, executable  # noqa: E402
 from radixkv import pb  # noqa: E402
 import redis_store  # noqa: E402
+from worker_util import check_equal, run_worker  # noqa: E402
 
 PAGE_BYTES = 8192
 POOL = f"host,bytes={16 * PAGE_BYTES},page_bytes={PAGE_BYTES}"
@@ -143,25 +144,9 @@ def prompts(tmp_path_factory):
     return str(p)
 
 
-def run_worker(prompts, endpoint=None):
-    args = [executable("RADIXKV_WORKER"), "run", "--prompts", prompts, "--json",
-            "--decode", "4", "--device", "cpu"]
-    args += ["--endpoint", endpoint] if endpoint else ["--no-cache"]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return [json.loads(line) for line in out.stdout.splitlines()]
-
-
 @pytest.fixture(scope="module")
 def reference(prompts):
     return run_worker(prompts)
-
-
-def check_equal(got, reference):
-    assert len(got) == len(reference)
-    for g, r in zip(got, reference):
-        assert g["first_logits_xxh3"] == r["first_logits_xxh3"], (g, r)
-        assert g["generated"] == r["generated"], (g, r)
 
 
 def check_partial(got, prompts, reference, tmp, full_matches=True):

@@ -20,6 +20,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 from rkv_testutil import Daemon, executable  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from worker_util import check_equal, run_worker  # noqa: E402
 from radixkv import pb, pb_grpc  # noqa: E402
 
 PAGE_BYTES = 8192   # one page of the reference worker's tiny model (its namespace)
@@ -65,25 +67,10 @@ def tiers_by_kind(stats):
     return {t.kind: t for t in stats.tiers}
 
 
-def run_worker(prompts, endpoint=None):
-    args = [executable("RADIXKV_WORKER"), "run", "--prompts", prompts, "--json",
-            "--decode", "4", "--device", "cpu"]
-    args += ["--endpoint", endpoint] if endpoint else ["--no-cache"]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return [json.loads(line) for line in out.stdout.splitlines()]
-
-
 @pytest.fixture
 def reference(prompts):
     """Full prefills: what every cached answer must equal."""
     return run_worker(prompts)
-
-
-def check_equal(got, reference):
-    for g, r in zip(got, reference):
-        assert g["first_logits_xxh3"] == r["first_logits_xxh3"], (g, r)
-        assert g["generated"] == r["generated"], (g, r)
 
 
 @pytest.mark.parametrize("chain", list(CHAINS))
