@@ -11,7 +11,6 @@ host's link or killing a shard costs hits, never an answer: the requests
 succeed, equal to full prefills, nothing stays leased, and the circuit
 breaker reports the store. Needs root (ip netns); skips otherwise.
 """
-import json
 import os
 import subprocess
 import sys

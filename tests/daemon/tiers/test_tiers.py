@@ -9,7 +9,6 @@ for bit: the first token's logits of a promoted prompt equal those of a
 full prefill (`--no-cache`), through a restart after SIGTERM and after a
 SIGKILL in the middle of demotions.
 """
-import json
 import os
 import signal
 import subprocess
