@@ -172,6 +172,9 @@ void RemoteTier::Record(bool ok) const {
   MutexLock l(&breaker_mu_);
   probing_ = false;
   if (ok) {
+    if (failures_ >= options_.breaker_failures) {
+      Log(LogLevel::kInfo, "tier remote: the store answers again");
+    }
     failures_ = 0;
     return;
   }
