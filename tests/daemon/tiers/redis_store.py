@@ -13,7 +13,8 @@ As a ctest fixture (FIXTURES_SETUP / FIXTURES_CLEANUP):
     redis_store.py start DIR   # writes DIR/addrs (one HOST:PORT per line)
                                # and DIR/password (mode 600); and a TLS
                                # server without cluster mode: DIR/tls_addr,
-                               # DIR/ca.crt (its CA), DIR/other-ca.crt
+                               # DIR/ca.crt (its CA), DIR/other-ca.crt; and a
+                               # TLS cluster: DIR/tls_cluster_addrs
     redis_store.py stop DIR
 
 `prefix` runs every command under another (e.g. "ip netns exec NS"), and
@@ -50,7 +51,7 @@ def free_ports(n, host="127.0.0.1"):
 
 class RedisStore:
     def __init__(self, dir, shards=3, password=None, host="127.0.0.1",
-                 prefix=(), ports=None, maxmemory="256mb"):
+                 prefix=(), ports=None, maxmemory="256mb", tls_dir=None):
         self.dir = dir
         self.shards = shards
         self.password = password
@@ -58,14 +59,22 @@ class RedisStore:
         self.prefix = list(prefix)
         self.ports = ports
         self.maxmemory = maxmemory
+        # With tls_dir (make_certs' files): TLS only, the cluster bus too.
+        self.tls_dir = tls_dir
         self.procs = {}
+
+    def _tls_cli(self):
+        if not self.tls_dir:
+            return []
+        return ["--tls", "--cacert", os.path.join(self.tls_dir, "ca.crt")]
 
     @property
     def addrs(self):
         return ["%s:%d" % (self.host, p) for p in self.ports]
 
     def _cli(self, port, *args, check=True, timeout=30):
-        cmd = self.prefix + [REDIS_CLI, "-h", self.host, "-p", str(port)]
+        cmd = self.prefix + [REDIS_CLI, *self._tls_cli(), "-h", self.host,
+                             "-p", str(port)]
         env = dict(os.environ)
         if self.password:
             env["REDISCLI_AUTH"] = self.password
@@ -78,7 +87,16 @@ class RedisStore:
 
     def start_shard(self, port):
         conf = os.path.join(self.dir, "nodes-%d.conf" % port)
-        args = [REDIS_SERVER, "--port", str(port), "--bind", self.host,
+        if self.tls_dir:
+            t = self.tls_dir
+            listen = ["--port", "0", "--tls-port", str(port), "--tls-cluster",
+                      "yes", "--tls-cert-file", os.path.join(t, "server.crt"),
+                      "--tls-key-file", os.path.join(t, "server.key"),
+                      "--tls-ca-cert-file", os.path.join(t, "ca.crt"),
+                      "--tls-auth-clients", "no"]
+        else:
+            listen = ["--port", str(port)]
+        args = [REDIS_SERVER, *listen, "--bind", self.host,
                 "--cluster-enabled", "yes", "--cluster-config-file", conf,
                 "--cluster-node-timeout", "2000", "--dir", self.dir,
                 "--save", "", "--appendonly", "no", "--protected-mode", "no",
@@ -93,8 +111,8 @@ class RedisStore:
         deadline = time.time() + 20
         while time.time() < deadline:
             r = subprocess.run(
-                self.prefix + [REDIS_CLI, "-h", self.host, "-p", str(port),
-                               "PING"],
+                self.prefix + [REDIS_CLI, *self._tls_cli(), "-h", self.host,
+                               "-p", str(port), "PING"],
                 capture_output=True, text=True,
                 env=dict(os.environ, REDISCLI_AUTH=self.password or ""))
             if "PONG" in r.stdout or "NOAUTH" in r.stdout:
@@ -220,9 +238,15 @@ def main(argv):
         tls, tls_addr = start_tls_server(d)
         with open(os.path.join(d, "tls_addr"), "w") as f:
             f.write(tls_addr + "\n")
+        # And a TLS cluster (its shards and bus TLS only), same CA.
+        tls_cluster = RedisStore(os.path.join(d, "tls-cluster"), shards=3,
+                                 password=store.password, tls_dir=d).start()
+        with open(os.path.join(d, "tls_cluster_addrs"), "w") as f:
+            f.write("\n".join(tls_cluster.addrs) + "\n")
         with open(os.path.join(d, "pids"), "w") as f:
             f.write("\n".join(str(p.pid) for p in
-                              list(store.procs.values()) + [tls]) + "\n")
+                              list(store.procs.values()) + [tls] +
+                              list(tls_cluster.procs.values())) + "\n")
         return 0
     try:
         with open(os.path.join(d, "pids")) as f:

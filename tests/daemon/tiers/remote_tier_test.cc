@@ -564,6 +564,50 @@ TEST_F(RemoteTierTest, TlsToAServerWithoutClusterModeAndAnUntrustedOne) {
               HasSubstr("go together"));
 }
 
+TEST_F(RemoteTierTest, TlsToAClusterRoutesEverySlotOverTls) {
+  const char* dir = std::getenv("RADIXKV_TEST_REDIS");
+  if (dir == nullptr || *dir == '\0') GTEST_SKIP() << "run through ctest";
+  std::vector<RedisEndpoint> seeds;
+  std::ifstream in(absl::StrCat(dir, "/tls_cluster_addrs"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) seeds.push_back(*ParseRedisEndpoint(line));
+  }
+  ASSERT_EQ(seeds.size(), 3u);
+  std::string pw;
+  std::ifstream(absl::StrCat(dir, "/password")) >> pw;
+  auto ctx = MakeRedisTlsContext(absl::StrCat(dir, "/ca.crt"), "", "");
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  RemoteTierOptions o = Options({seeds[0]}, pw);
+  o.tls = {.ctx = *ctx};
+  auto opened = RemoteTier::Open(o);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<RemoteTier> remote = *std::move(opened);
+  auto mover = PageMover::Create(pool_.get());
+  ASSERT_TRUE(mover.ok());
+  // Sixteen blocks: keys in every shard's slots.
+  std::vector<TierPut> puts;
+  for (uint64_t i = 0; i < 16; ++i) {
+    FillPage(i, static_cast<unsigned char>(0x10 + i));
+    puts.push_back({.block = Block(i), .page = i});
+  }
+  std::vector<TierMove> moves;
+  NullSinkForTest below;
+  remote->Put(puts, **mover, below, &moves);
+  remote->Flush();
+  ASSERT_EQ(remote->stats().demotions, 16u);
+  std::vector<BlockKey> keys;
+  std::vector<uint64_t> pages;
+  for (uint64_t i = 0; i < 16; ++i) {
+    keys.push_back(Key(i));
+    pages.push_back(16 + i);
+    FillPage(16 + i, 0);
+  }
+  ASSERT_EQ(remote->TakeIn(kRoot, keys, pages, **mover, &moves), 16u);
+  for (uint64_t i = 0; i < 16; ++i) EXPECT_EQ(Page(16 + i)[77], 0x10 + i);
+  EXPECT_EQ(remote->stats().read_errors, 0u);
+}
+
 TEST_F(RemoteTierTest, AStoreThatDoesNotAnswerCostsHitsNotRequests) {
   SilentServer silent;
   RemoteTierOptions o = Options({{"127.0.0.1", silent.port()}}, "");
