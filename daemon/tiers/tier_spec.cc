@@ -138,7 +138,7 @@ absl::StatusOr<TierSpec> ParseOne(absl::string_view spec,
     const std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(parts[i], absl::MaxSplits('=', 1));
     const auto& [key, value] = kv;
-    if (key == "bytes") {
+    if (key == "bytes" && !remote) {  // the store sizes itself
       if (!gpu::ParseSize(value, &out.bytes) || out.bytes == 0) {
         return Bad(spec, absl::StrCat(kind, ": bytes=", value,
                                       " is not a size > 0"));

@@ -109,6 +109,7 @@ TEST(RemoteTierSpec, KeysAndErrorsNameTheKey) {
       {"remote,addr=h:1,queue=0", "remote: queue=0 is not a size > 0"},
       {"remote,addr=h:1,breaker_failures=0", "breaker_failures=0 is not in 1..1000"},
       {"remote,addr=h:1,bogus=1", "remote: unknown key 'bogus'"},
+      {"remote,addr=h:1,bytes=1GiB", "remote: unknown key 'bytes'"},
       {"remote,addr=h:1,write=some", "remote: write=some is not evicted or all"},
       {"remote,addr=h:1,tls=maybe", "remote: tls=maybe is not on or off"},
       {"remote,addr=h:1,tls_ca=", "remote: tls_ca is empty"},
