@@ -4,7 +4,7 @@
 // and promotes them on another node. remote_compare.sh sets it beside
 // redis-benchmark's SET and GET of values of the same size.
 //
-//   remote_tier_bench --addr=127.0.0.1:7001 --password_file=F --blocks=32 \
+//   remote_tier_bench --addr=127.0.0.1:7001 --password_file=F --blocks=32
 //       --runs=256 --page_bytes=4096 [--json]
 #include <cstdio>
 #include <cstring>
