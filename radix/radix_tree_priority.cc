@@ -120,7 +120,8 @@ bool RadixTree::Impl::ListClassed(PageId p, uint32_t now) {
 PageId RadixTree::Impl::ClassedVictimList(uint32_t a) const {
   const radix_internal::Account& acc = accounts[a];
   // The first non-empty list of classes lo .. hi-1.
-  auto scan = [&](uint32_t lo, uint32_t hi) -> PageId {
+  auto scan = [&](uint32_t lo, uint32_t hi)
+                  ABSL_SHARED_LOCKS_REQUIRED(mu) -> PageId {
     for (uint32_t w = lo / 64; w * 64 < hi; ++w) {
       uint64_t bits = acc.class_bits[w];
       while (bits != 0) {
@@ -201,7 +202,7 @@ void RadixTree::Impl::DecayExpired(uint32_t now) {
     by_depth.emplace_back(depth, p);
   }
   std::sort(by_depth.begin(), by_depth.end());
-  auto decay = [&](PageId p, bool oldest_end) {
+  auto decay = [&](PageId p, bool oldest_end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     prio[p] = kDefaultPriority;
     prio_expires[p] = kNever;
     if (nodes[p].refs != 0) return;  // placed when unpinned
