@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "daemon/tiers/redis_cluster.h"
 #include "daemon/tiers/tier_chain.h"
@@ -307,13 +309,26 @@ TEST_F(RemoteTierTest, ASlotMovingMidRunIsFollowedByAskThenMoved) {
   c.Run({{.argv = {"SET", key, "payload"}, .key = key}},
         absl::Now() + absl::Seconds(5), &out);
   ASSERT_TRUE(out[0].status.ok()) << out[0].status;
-  // Which shard owns the slot, and another to move it to.
+  ASSERT_EQ(out[0].reply.type, RedisReply::Type::kStatus) << out[0].reply.str;
+  // Which shard holds the slot, and another to move it to. Every shard's
+  // answer goes into the failure message.
   const RedisEndpoint* src = nullptr;
   const RedisEndpoint* dst = nullptr;
+  std::string answers;
   for (const RedisEndpoint& e : seeds) {
-    if (Cli(e, pw, absl::StrCat("CLUSTER COUNTKEYSINSLOT ", slot)) == "1") src = &e;
+    const std::string n = Cli(e, pw, absl::StrCat("CLUSTER COUNTKEYSINSLOT ", slot));
+    absl::StrAppend(&answers, e.host, ":", e.port, " -> '", n, "'; ");
+    if (!n.empty() && n != "0" && n.find_first_not_of("0123456789") == std::string::npos) {
+      src = &e;
+    }
   }
-  ASSERT_NE(src, nullptr);
+  ASSERT_NE(src, nullptr) << "slot " << slot << ": " << answers;
+  // Every key in the slot moves with it (other tests' keys may share it).
+  const std::string keys = absl::StrJoin(
+      absl::StrSplit(Cli(*src, pw, absl::StrCat("CLUSTER GETKEYSINSLOT ", slot, " 100000")),
+                     '\n', absl::SkipEmpty()),
+      " ");
+  ASSERT_THAT(keys, ::testing::HasSubstr(key));
   for (const RedisEndpoint& e : seeds) {
     if (!(e == *src)) dst = &e;
   }
@@ -322,7 +337,7 @@ TEST_F(RemoteTierTest, ASlotMovingMidRunIsFollowedByAskThenMoved) {
   ASSERT_EQ(Cli(*dst, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " IMPORTING ", src_id)), "OK");
   ASSERT_EQ(Cli(*src, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " MIGRATING ", dst_id)), "OK");
   ASSERT_EQ(Cli(*src, pw, absl::StrCat("MIGRATE ", dst->host, " ", dst->port,
-                                       " \"\" 0 5000 AUTH ", pw, " KEYS ", key)),
+                                       " \"\" 0 5000 AUTH ", pw, " KEYS ", keys)),
             "OK");
   // Mid-migration: the old owner answers ASK; the client asks the new one.
   c.Run({{.argv = {"GET", key}, .key = key}}, absl::Now() + absl::Seconds(5), &out);
@@ -342,7 +357,7 @@ TEST_F(RemoteTierTest, ASlotMovingMidRunIsFollowedByAskThenMoved) {
   ASSERT_EQ(Cli(*src, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " IMPORTING ", dst_id)), "OK");
   ASSERT_EQ(Cli(*dst, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " MIGRATING ", src_id)), "OK");
   EXPECT_EQ(Cli(*dst, pw, absl::StrCat("MIGRATE ", src->host, " ", src->port,
-                                       " \"\" 0 5000 AUTH ", pw, " KEYS ", key)),
+                                       " \"\" 0 5000 AUTH ", pw, " KEYS ", keys)),
             "OK");
   for (const RedisEndpoint& e : seeds) {
     EXPECT_EQ(Cli(e, pw, absl::StrCat("CLUSTER SETSLOT ", slot, " NODE ", src_id)), "OK");
