@@ -9,9 +9,10 @@ namespace radix_internal {
 uint8_t TurnHistory::Next(absl::Span<const uint64_t> fps, size_t matched) {
   assert(!fps.empty() && "TurnHistory::Next: empty prompt");
   uint8_t turn = 0;
-  // From the last block up to the last matched one: a tail still cached is
-  // matched, an evicted one is not.
-  const size_t stop = matched > 0 ? matched - 1 : 0;
+  // From the last block up to the one before the last matched one: a tail
+  // still cached is matched (it is the next-to-last block of a prompt that
+  // this one may extend in full), an evicted one is not.
+  const size_t stop = matched > 1 ? matched - 2 : 0;
   for (size_t i = fps.size(); i-- > stop;) {
     auto it = turn_.find(fps[i]);
     if (it != turn_.end()) {
@@ -20,7 +21,7 @@ uint8_t TurnHistory::Next(absl::Span<const uint64_t> fps, size_t matched) {
       break;
     }
   }
-  const uint64_t tail = fps.back();
+  const uint64_t tail = fps.size() > 1 ? fps[fps.size() - 2] : fps[0];
   ++serial_;
   turn_[tail] = Entry{turn, serial_};
   ring_.emplace_back(tail, serial_);

@@ -48,6 +48,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from leaf_lru_sim import DEFAULT_TRACE, LeafLruCache, read_trace  # noqa: E402
 import optimum_sim  # noqa: E402
@@ -60,15 +61,25 @@ class Paths:
     """Interns paths: (parent path id, block id) -> path id; 0 is the root.
 
     Path ids are dense and stable for a whole run, so policies index plain
-    lists by them. depth[p] is the number of blocks on p's path and
-    hash[p] is stable_hash(p).
+    lists by them. depth[p] is the number of blocks on p's path. Policies
+    hash paths through two 32-bit values: hash[p] (sampling, bimodal
+    insertion) and admit_hash[p] (turn_duel's admission), both
+    stable_hash(p) by default; with a BlockKeyer, the two halves of the
+    fingerprint that radixkvd's tree hashes on.
     """
 
-    def __init__(self):
+    def __init__(self, keyer=None):
         self.ids = {}
         self.parent = [0]
         self.depth = [0]
-        self.hash = [stable_hash(0)]
+        self.keyer = keyer
+        if keyer is None:
+            self.hash = [stable_hash(0)]
+            self.admit_hash = self.hash
+        else:
+            self.key = [keyer.root]
+            self.hash = [0]
+            self.admit_hash = [0]
 
     def path_of(self, hash_ids):
         """The path ids of a prompt's blocks, in order."""
@@ -83,10 +94,51 @@ class Paths:
                 ids[key] = q
                 self.parent.append(p)
                 self.depth.append(self.depth[p] + 1)
-                self.hash.append(stable_hash(q))
+                if self.keyer is None:
+                    self.hash.append(stable_hash(q))
+                else:
+                    k = self.keyer.key(self.key[p], b)
+                    self.key.append(k)
+                    fp = BlockKeyer.fingerprint(k)
+                    self.hash.append(fp & 0xFFFFFFFF)
+                    self.admit_hash.append(fp >> 32)
             out.append(q)
             p = q
         return out
+
+
+class BlockKeyer:
+    """The block keys that bench/replay gives radixkvd for a trace: block
+    id b is the tokens b * page_size .. b * page_size + page_size - 1, in
+    the namespace replay registers (model "radixkv-replay", 32 layers, 8
+    KV heads of 128, bfloat16), keyed by the block-key contract
+    (python/radixkv/keys.py; it needs NumPy and xxhash, so run with the
+    project's virtual environment). turn_duel in the tree hashes on a
+    key's fingerprint, hi ^ lo: its low 32 bits sample the shadows, its
+    high 32 bits decide bimodal admission."""
+
+    def __init__(self, page_size=512, model="radixkv-replay"):
+        sys.path.insert(0, os.path.join(REPO, "python"))
+        import numpy
+        from radixkv import keys
+        self.np = numpy
+        self.keys = keys
+        self.page_size = page_size
+        spec = keys.NamespaceSpec(model=model, num_layers=32, num_kv_heads=8,
+                                  head_dim=128, page_size=page_size,
+                                  dtype="DTYPE_BFLOAT16")
+        self.root = keys.namespace_root(spec.normalized())
+
+    def key(self, parent_key, block_id):
+        n = self.page_size
+        tokens = self.np.arange(block_id * n, (block_id + 1) * n,
+                                dtype="<u4")
+        return self.keys.chain_key(parent_key, tokens)
+
+    @staticmethod
+    def fingerprint(key):
+        return (int.from_bytes(key[:8], "big") ^
+                int.from_bytes(key[8:], "big"))
 
 
 class Tree:
@@ -978,8 +1030,10 @@ class TurnHistory:
     one when its path holds a remembered tail; its turn is then that
     request's turn + 1 (at most 3), else 0, and the tail found is
     forgotten (a prefix shared by many requests counts as continued once).
-    The lookup scans the path from the deepest block up to the deepest
-    matched one: a tail still cached is matched, an evicted one is not.
+    The lookup scans the path from the deepest block up to the one before
+    the deepest matched one (a prompt may repeat an earlier one in full,
+    its tail then being the block before its last match): a tail still
+    cached is matched, an evicted one is not.
     """
 
     def __init__(self, size=2048):
@@ -990,7 +1044,7 @@ class TurnHistory:
 
     def turn_of(self, path, matched):
         turn = self.turn
-        for i in range(len(path) - 1, max(0, matched - 1) - 1, -1):
+        for i in range(len(path) - 1, max(0, matched - 2) - 1, -1):
             e = turn.pop(path[i], None)
             if e is not None:
                 return min(3, e[0] + 1)
@@ -1111,7 +1165,7 @@ class TurnDuel(KeyedPolicy):
       the current theta (starts at 0).
     Acquire of n blocks matching m (0-based positions):
       1. Turn t: look up the prompt's block keys from position n-1 down to
-         max(0, m-1) in the history; the first found gives t = min(3, its
+         max(0, m-2) in the history; the first found gives t = min(3, its
          turn + 1) and is removed from the index; none found: t = 0. Then
          record the request's tail (position n-2, or 0 when n = 1) with t.
       2. Admission rule: with s(theta) = max(0, theta - 2t), a request's
@@ -1180,7 +1234,7 @@ class TurnDuel(KeyedPolicy):
     def set_keys(self, req, path):
         depth = self.paths.depth
         now = req.now
-        last_hash = self.paths.hash[req.path[-1]]
+        last_hash = self.paths.admit_hash[req.path[-1]]
         duel = self.duel
         sampled = duel.sampler.sampled(req.path)
         if sampled:
@@ -1229,9 +1283,10 @@ CAPACITIES = (1000, 3000, 9000)
 SHAPES = ("agent", "rag", "oneshot", "chat")
 
 
-def run_policy(name, requests, capacity):
-    """Replays `requests` (lists of hash_ids) under POLICIES[name]."""
-    paths = Paths()
+def run_policy(name, requests, capacity, keyer=None):
+    """Replays `requests` (lists of hash_ids) under POLICIES[name]; with a
+    BlockKeyer, hashing on radixkvd's block keys."""
+    paths = Paths(keyer)
     sim = Sim(POLICIES[name](), capacity, paths)
     for hash_ids in requests:
         sim.request(hash_ids)
@@ -1462,6 +1517,12 @@ def main(argv):
     parser.add_argument("--out", default="",
                         help="--matrix: write the table here too")
     parser.add_argument("--self_test", action="store_true")
+    parser.add_argument("--block_keys", type=int, default=0,
+                        metavar="PAGE_SIZE",
+                        help="hash on the block keys that bench/replay gives "
+                        "radixkvd for the trace at this page size, as the "
+                        "tree does (needs NumPy and xxhash: run with the "
+                        "project's venv)")
     args = parser.parse_args(argv)
     if args.self_test:
         self_test(args.trace)
@@ -1476,7 +1537,9 @@ def main(argv):
         return 0
     if args.capacity < 0:
         parser.error("--capacity must be >= 0, got %d" % args.capacity)
-    r = run_policy(args.policy, list(read_trace(args.trace)), args.capacity)
+    keyer = BlockKeyer(args.block_keys) if args.block_keys else None
+    r = run_policy(args.policy, list(read_trace(args.trace)), args.capacity,
+                   keyer)
     if args.json:
         print(json.dumps(r, sort_keys=True))
     else:

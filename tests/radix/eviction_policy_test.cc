@@ -41,15 +41,22 @@ TEST(TurnHistory, ContinuationsCountTurnsUpToThree) {
   EXPECT_EQ(h.Next(std::vector<uint64_t>{100, 101}, 0), 0);
 }
 
-TEST(TurnHistory, ATailCountsOnceAndOnlyAtOrAfterTheLastMatch) {
+TEST(TurnHistory, ATailCountsOnceAndOnlyFromTheBlockBeforeTheLastMatch) {
   TurnHistory h;
-  EXPECT_EQ(h.Next(std::vector<uint64_t>{1, 2}, 0), 0);
+  EXPECT_EQ(h.Next(std::vector<uint64_t>{1, 2}, 0), 0);  // tail 1
   // Two requests extend the same prompt: only the first continues it.
   EXPECT_EQ(h.Next(std::vector<uint64_t>{1, 2, 3}, 2), 1);
-  EXPECT_EQ(h.Next(std::vector<uint64_t>{1, 2, 4}, 2), 0);
-  // A remembered tail before the last matched block is not looked at.
-  EXPECT_EQ(h.Next(std::vector<uint64_t>{7, 8}, 0), 0);
-  EXPECT_EQ(h.Next(std::vector<uint64_t>{7, 8, 9, 10}, 4), 0);
+  EXPECT_EQ(h.Next(std::vector<uint64_t>{1, 5}, 1), 0);
+  // The tail is the next-to-last block: a prompt that repeats all of an
+  // earlier one, or all but its last block, continues it.
+  EXPECT_EQ(h.Next(std::vector<uint64_t>{20, 21, 22}, 0), 0);  // tail 21
+  EXPECT_EQ(h.Next(std::vector<uint64_t>{20, 21, 23, 24}, 2), 1);
+  EXPECT_EQ(h.Next(std::vector<uint64_t>{30, 31, 32}, 0), 0);  // tail 31
+  EXPECT_EQ(h.Next(std::vector<uint64_t>{30, 31, 32, 33}, 3), 1);
+  // A remembered tail before the block before the last matched one is not
+  // looked at.
+  EXPECT_EQ(h.Next(std::vector<uint64_t>{7, 8, 9}, 0), 0);  // tail 8
+  EXPECT_EQ(h.Next(std::vector<uint64_t>{7, 8, 9, 10, 11}, 5), 0);
 }
 
 TEST(TurnHistory, ForgetsTailsBeyondItsSize) {

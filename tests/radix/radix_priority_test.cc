@@ -55,7 +55,9 @@ class RadixPriorityTest : public testing::TestWithParam<EvictionPolicy> {
   void Touch(NamespaceId ns, const Tokens& t) {
     absl::StatusOr<AcquireResult> r = tree_.Acquire({.ns = ns, .tokens = t});
     ASSERT_TRUE(r.ok()) << r.status();
-    if (r->lease != 0) ASSERT_TRUE(tree_.Release(r->lease).ok());
+    if (r->lease != 0) {
+      ASSERT_TRUE(tree_.Release(r->lease).ok());
+    }
   }
   uint32_t Cached(NamespaceId ns, const Tokens& t) {
     return tree_.Match(ns, {}, t).value().matched_blocks;
