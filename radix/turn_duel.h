@@ -33,12 +33,11 @@ inline uint64_t Fingerprint(const BlockKey& k) { return k.lo ^ k.hi; }
 // Remembers the last `size` requests' tails: the next-to-last full block
 // of each prompt (its only one for a one-block prompt), which the next
 // turn of the conversation holds even when it does not repeat the last
-// block (one that a worker padded out to a full block).
-// A request continues an earlier one when its prompt holds a
-// remembered tail at or after the block before its last matched one; its
-// turn is then
-// that request's turn + 1 (at most 3), else 0, and the tail found is
-// forgotten (a prefix shared by many requests counts as continued once).
+// block (one that a worker padded out to a full block). A request
+// continues an earlier one when its prompt holds a remembered tail at or
+// after the block before its last matched one; its turn is then that
+// request's turn + 1 (at most 3), else 0, and the tail found is forgotten
+// (a prefix shared by many requests counts as continued once).
 class TurnHistory {
  public:
   explicit TurnHistory(size_t size = 2048) : size_(size) {}
