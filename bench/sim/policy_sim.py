@@ -27,9 +27,12 @@ the policy, enforces the tree's rules: a victim that is pinned, not cached or
 not a leaf fails an assertion. The policies are online: they see requests
 only as they arrive.
 
-Standard library only. Run with /usr/bin/python3.
+Standard library only. Run with /usr/bin/python3; --block_keys (hash on
+the block keys radixkvd sees, so that turn_duel's figures equal the tree's
+to the block) needs NumPy and xxhash: run it with the project's .venv.
 
   bench/sim/policy_sim.py --policy=lru --capacity=3000 [--trace=PATH]
+  .venv/bin/python bench/sim/policy_sim.py --policy=turn_duel --block_keys=512
   bench/sim/policy_sim.py --matrix [--jobs=2] [--seed=1] [--policies=a,b]
       [--out=bench/sim/policy_results.md]
 
