@@ -1540,6 +1540,9 @@ def main(argv):
         return 0
     if args.capacity < 0:
         parser.error("--capacity must be >= 0, got %d" % args.capacity)
+    if args.block_keys < 0 or args.block_keys > 65536:
+        parser.error("--block_keys must be a page size in [1, 65536] (0: "
+                     "off), got %d" % args.block_keys)
     keyer = BlockKeyer(args.block_keys) if args.block_keys else None
     r = run_policy(args.policy, list(read_trace(args.trace)), args.capacity,
                    keyer)
