@@ -16,6 +16,13 @@
 // only unpinned leaves, so a block's next use is never cut off by its
 // parent's eviction.
 //
+// Each policy also says which evicted blocks are worth a write to the
+// tiers below the pool (EvictedBlock::demote). lru: every one. turn_duel:
+// every one but the probation blocks of requests that a second duel, for
+// a cache of the pool and the tiers together
+// (RadixTreeOptions::lower_tier_blocks), would not have admitted either;
+// without tiers, or over tiers of unknown size, every one.
+//
 // turn_duel's state apart from the tree is in turn_duel.h (private).
 #ifndef RADIXKV_RADIX_EVICTION_POLICY_H_
 #define RADIXKV_RADIX_EVICTION_POLICY_H_

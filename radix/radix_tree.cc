@@ -117,7 +117,8 @@ RadixTree::Impl::Impl(const RadixTreeOptions& o)
       class_sentinel(o.capacity_pages + 2 * o.accounts),
       accounts(o.accounts) {
   if (o.eviction_policy == EvictionPolicy::kTurnDuel) {
-    turn_duel = std::make_unique<radix_internal::TurnDuel>(o.capacity_pages);
+    turn_duel = std::make_unique<radix_internal::TurnDuel>(
+        o.capacity_pages, o.lower_tier_blocks);
   }
 }
 
@@ -210,7 +211,9 @@ PageId RadixTree::Impl::VictimList() const {
   return best;
 }
 
-bool RadixTree::Impl::EvictFrom(PageId head, EvictedBlock* out) {
+template <bool kPlainLru>
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool RadixTree::Impl::EvictFromList(
+    PageId head, EvictedBlock* out) {
   // The hot path of eviction: no divisions, no repeated unique_ptr loads.
   Node* const nd = nodes.get();
   radix_internal::Link* const ln = links.get();
@@ -221,7 +224,8 @@ bool RadixTree::Impl::EvictFrom(PageId head, EvictedBlock* out) {
   __builtin_prefetch(&nd[next]);  // the likely next victim
   ln[head].next = next;           // unlink the list head
   ln[next].prev = head;
-  if (ABSL_PREDICT_FALSE(head >= class_sentinel) && next == head) {
+  if (!kPlainLru && ABSL_PREDICT_FALSE(head >= class_sentinel) &&
+      next == head) {
     // The class's list is empty now.
     const uint32_t c = (head - class_sentinel) % (kMaxPriority + 1);
     accounts[(head - class_sentinel) / (kMaxPriority + 1)].class_bits[c / 64] &=
@@ -230,8 +234,8 @@ bool RadixTree::Impl::EvictFrom(PageId head, EvictedBlock* out) {
   index.erase(p);
   if (n.parent != kNoPage) --nd[n.parent].children;
   --namespaces[n.ns].cached_blocks;
-  probation_count -= n.probation;
-  radix_internal::Account& a = AccountOf(n.ns);
+  radix_internal::Account& a = kPlainLru ? accounts[0] : AccountOf(n.ns);
+  if (!kPlainLru) probation_count -= n.probation;
   --a.cached;
   ++a.evicted;
   --cached_count;
@@ -239,7 +243,8 @@ bool RadixTree::Impl::EvictFrom(PageId head, EvictedBlock* out) {
   ++eviction_epoch;
   RememberEviction(n.key);
   if (out != nullptr) {
-    *out = EvictedBlock{p, n.key, ParentKey(n), namespaces[n.ns].root, n.ns};
+    *out = EvictedBlock{p, n.key, ParentKey(n), namespaces[n.ns].root, n.ns,
+                        /*demote=*/!(n.probation && n.drop_below)};
   }
   if (listener != nullptr) {
     TreeEvent e;
@@ -253,6 +258,10 @@ bool RadixTree::Impl::EvictFrom(PageId head, EvictedBlock* out) {
   }
   PushFree(p);
   return true;
+}
+
+bool RadixTree::Impl::EvictFrom(PageId head, EvictedBlock* out) {
+  return EvictFromList<false>(head, out);
 }
 
 uint64_t RadixTree::Impl::EvictMany(uint64_t max) {
@@ -287,7 +296,7 @@ uint64_t RadixTree::Impl::EvictMany(uint64_t max) {
       near = ln[near].next;
       ++near_n;
     }
-    if (!EvictFrom(sentinel)) break;
+    if (!EvictFromList<true>(sentinel, nullptr)) break;
     ++n;
   }
   return n;

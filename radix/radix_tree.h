@@ -161,6 +161,11 @@ struct RadixTreeOptions {
   // Which unpinned leaf goes first within an account (eviction_policy.h).
   // kLru is the order described above, exactly.
   EvictionPolicy eviction_policy = EvictionPolicy::kLru;
+  // Blocks the tiers below the pool hold in all, which the policy weighs
+  // when it decides which evicted blocks are worth demoting
+  // (EvictedBlock::demote); 0: no tiers, or tiers of unknown size, and
+  // every evicted block is demoted.
+  uint64_t lower_tier_blocks = 0;
 };
 
 inline constexpr uint32_t kMaxAccounts = 4096;
@@ -319,6 +324,13 @@ struct EvictedBlock {
   BlockKey parent_key;  // the namespace root for a first block
   BlockKey root;
   NamespaceId ns = 0;
+  // The eviction policy's word on keeping the block in a tier below the
+  // pool: false when it judged the block not worth a tier's write (lru:
+  // never; turn_duel: the block is on probation, i.e. its request was not
+  // admitted and no request has matched it since, and its request was not
+  // admitted either by the duel for a cache of the pool and the tiers
+  // together, RadixTreeOptions::lower_tier_blocks).
+  bool demote = true;
 };
 
 struct AcquireResult {
@@ -440,6 +452,11 @@ struct TreeStats {
   uint64_t probation_pages = 0;
   uint32_t eviction_theta = 0;
   uint64_t eviction_switches = 0;
+  // turn_duel with tiers below the pool (lower_tier_blocks): the strength
+  // that decides which probation blocks are demoted, and how often it
+  // changed.
+  uint32_t eviction_tier_theta = 0;
+  uint64_t eviction_tier_switches = 0;
   uint64_t admitted_requests = 0;
   uint64_t probation_requests = 0;
   // Prefix pins (PinPrefix) and the pages they hold (a page held by two

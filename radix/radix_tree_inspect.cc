@@ -188,6 +188,8 @@ TreeStats RadixTree::GetStats() const {
     s.eviction_policy = EvictionPolicy::kTurnDuel;
     s.eviction_theta = static_cast<uint32_t>(m.turn_duel->theta());
     s.eviction_switches = m.turn_duel->switches();
+    s.eviction_tier_theta = static_cast<uint32_t>(m.turn_duel->tier_theta());
+    s.eviction_tier_switches = m.turn_duel->tier_switches();
     s.admitted_requests = m.turn_duel->admitted();
     s.probation_requests = m.turn_duel->probationed();
   }

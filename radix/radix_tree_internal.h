@@ -98,6 +98,9 @@ struct Node {
   // (turn_duel: inserted by a lease whose request was not admitted, and
   // not matched since).
   bool probation : 1 = false;
+  // Evicted while on probation, it is dropped rather than offered to the
+  // tiers below the pool (turn_duel's tier duel; EvictedBlock::demote).
+  bool drop_below : 1 = false;
 };
 static_assert(sizeof(Node) <= 40, "keep the node within 40 bytes");
 
@@ -284,6 +287,9 @@ struct Lease {
   // Its new blocks join the recency list (true) or the probation stack
   // (the eviction policy's choice at Acquire).
   bool admit = true;
+  // Those of them evicted from probation go to the tiers (true) or are
+  // dropped (the eviction policy's choice at Acquire).
+  bool demote = true;
   uint64_t held = 0;            // pages held: pinned path + WRITING pages
   uint32_t committed = 0;       // writing[0 .. committed) were committed
   std::vector<PageId> path;     // pinned nodes, root first
@@ -652,6 +658,12 @@ struct RadixTree::Impl {
   // when the list is empty.
   // Describes the victim in *out when `out` is not null.
   bool EvictFrom(PageId head, EvictedBlock* out = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // EvictFrom's body. kPlainLru: `head` is the only recency list of a
+  // one-account tree with neither priorities nor a probation stack (no
+  // classes to clear, the account is accounts[0]).
+  template <bool kPlainLru>
+  bool EvictFromList(PageId head, EvictedBlock* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Evicts the oldest unpinned leaf of VictimList(); false when there is
   // none.

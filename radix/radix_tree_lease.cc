@@ -327,7 +327,10 @@ AcquireResult RadixTree::Impl::AcquireLocked(const AcquireRequest& req,
   }
   Lease lease;
   if (turn_duel != nullptr) {
-    lease.admit = turn_duel->Admit(prompt.keys, r.matched_blocks);
+    const radix_internal::TurnDuel::Admission a =
+        turn_duel->Admit(prompt.keys, r.matched_blocks);
+    lease.admit = a.admit;
+    lease.demote = a.demote;
   }
   lease.owner = req.owner;
   lease.expires = req.expires;
@@ -408,6 +411,7 @@ void RadixTree::Impl::InsertNode(Lease& lease, PageId w, const BlockKey& key,
   n.has_tokens = lease.has_tokens;
   n.chain_keyed = lease.chain_keyed;
   n.probation = !lease.admit;
+  n.drop_below = !lease.demote;
   n.hot_child = kNoPage;
   if (prio != nullptr) {
     // No priority until its lease ends (ApplyPriorities gives it one).

@@ -95,38 +95,32 @@ void ListShadow::Serve(absl::Span<const uint64_t> sampled, bool admit) {
   }
 }
 
-TurnDuel::TurnDuel(uint64_t capacity_pages) {
-  const uint64_t capacity = std::max<uint64_t>(1, capacity_pages);
+ThetaDuel::ThetaDuel(uint64_t capacity) {
+  capacity = std::max<uint64_t>(1, capacity);
   const uint64_t rate = std::max<uint64_t>(1, capacity / kShadowBlocks);
   sample_limit_ = (uint64_t{1} << 32) / rate;
   shadows_.reserve(kThetas);
   for (int i = 0; i < kThetas; ++i) shadows_.emplace_back(capacity / rate);
 }
 
-bool TurnDuel::Admitted(int theta, uint8_t turn, uint64_t last) {
+bool ThetaDuel::Admitted(int theta, uint8_t turn, uint64_t last) {
   const int shift = theta - kTurnStep * turn;
   if (shift <= 0) return true;
   return ((last >> 32) & ((uint64_t{1} << shift) - 1)) == 0;
 }
 
-bool TurnDuel::Admit(absl::Span<const BlockKey> keys, size_t matched) {
-  if (keys.empty()) return true;
-  fps_.clear();
-  sampled_.clear();
-  for (const BlockKey& k : keys) {
-    const uint64_t fp = Fingerprint(k);
-    fps_.push_back(fp);
-    if (static_cast<uint32_t>(fp) < sample_limit_) sampled_.push_back(fp);
+void ThetaDuel::Serve(absl::Span<const uint64_t> fps, uint8_t turn,
+                      std::vector<uint64_t>* scratch) {
+  const uint64_t last = fps.back();
+  scratch->clear();
+  for (uint64_t fp : fps) {
+    if (static_cast<uint32_t>(fp) < sample_limit_) scratch->push_back(fp);
   }
-  const uint8_t turn = history_.Next(fps_, matched);
-  const uint64_t last = fps_.back();
-  if (!sampled_.empty()) {
+  if (!scratch->empty()) {
     for (int theta = 0; theta < kThetas; ++theta) {
-      shadows_[theta].Serve(sampled_, Admitted(theta, turn, last));
+      shadows_[theta].Serve(*scratch, Admitted(theta, turn, last));
     }
   }
-  // Decay, then move to the best shadow's theta when it leads the current
-  // one's by kMargin and by two standard deviations of a Poisson count.
   int best = 0;
   for (int i = 0; i < kThetas; ++i) {
     shadows_[i].Decay(1.0 - kDecay);
@@ -139,9 +133,29 @@ bool TurnDuel::Admit(absl::Span<const BlockKey> keys, size_t matched) {
     theta_ = best;
     ++switches_;
   }
-  const bool admit = Admitted(theta_, turn, last);
-  ++(admit ? admitted_ : probationed_);
-  return admit;
+}
+
+TurnDuel::TurnDuel(uint64_t capacity_pages, uint64_t lower_blocks)
+    : pool_(capacity_pages) {
+  if (lower_blocks != 0) tier_.emplace(capacity_pages + lower_blocks);
+}
+
+TurnDuel::Admission TurnDuel::Admit(absl::Span<const BlockKey> keys,
+                                    size_t matched) {
+  Admission a;
+  if (keys.empty()) return a;
+  fps_.clear();
+  for (const BlockKey& k : keys) fps_.push_back(Fingerprint(k));
+  const uint8_t turn = history_.Next(fps_, matched);
+  const uint64_t last = fps_.back();
+  pool_.Serve(fps_, turn, &sampled_);
+  a.admit = ThetaDuel::Admitted(pool_.theta(), turn, last);
+  if (tier_) {
+    tier_->Serve(fps_, turn, &sampled_);
+    a.demote = ThetaDuel::Admitted(tier_->theta(), turn, last);
+  }
+  ++(a.admit ? admitted_ : probationed_);
+  return a;
 }
 
 }  // namespace radix_internal

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -85,8 +86,10 @@ class ListShadow {
   double score_ = 0;
 };
 
-// turn_duel's state: the turn history, the shadows and the current theta.
-class TurnDuel {
+// One duel over the strengths theta = 0 .. kThetas-1 for a cache of
+// `capacity` blocks: a ListShadow per theta over the sampled blocks, and
+// the theta picked.
+class ThetaDuel {
  public:
   static constexpr int kThetas = 10;     // theta = 0 .. 9
   static constexpr int kTurnStep = 2;    // each turn weakens theta by this
@@ -95,30 +98,66 @@ class TurnDuel {
   static constexpr double kMargin = 0.02;    // relative lead to switch
   static constexpr double kEvidence = 4.0;   // lead^2 > kEvidence * score
 
-  explicit TurnDuel(uint64_t capacity_pages);
+  explicit ThetaDuel(uint64_t capacity);
 
-  // One Acquire of a prompt whose full blocks have keys `keys`, `matched`
-  // of them cached: updates the history and the shadows, and returns
-  // whether its new blocks join the recency list (true) or the probation
-  // stack (false). An empty prompt is admitted and changes nothing.
-  bool Admit(absl::Span<const BlockKey> keys, size_t matched);
-
-  int theta() const { return theta_; }
-  uint64_t switches() const { return switches_; }
-  uint64_t admitted() const { return admitted_; }
-  uint64_t probationed() const { return probationed_; }
-
- private:
   // Whether a request of turn `turn` whose last block has fingerprint
   // `last` is admitted under `theta`: the low max(0, theta - 2 turn) bits
   // of its hash are zero.
   static bool Admitted(int theta, uint8_t turn, uint64_t last);
 
+  // One request with block fingerprints `fps` (prompt order, not empty)
+  // of turn `turn`: every shadow plays it under its theta, then the
+  // scores decay and theta moves to the best shadow's when that one leads
+  // the current one's by kMargin and by two standard deviations of a
+  // Poisson count. `scratch` is reused storage.
+  void Serve(absl::Span<const uint64_t> fps, uint8_t turn,
+             std::vector<uint64_t>* scratch);
+
+  int theta() const { return theta_; }
+  uint64_t switches() const { return switches_; }
+
+ private:
   uint64_t sample_limit_;  // a block is sampled when its low 32 bits are below
-  TurnHistory history_;
   std::vector<ListShadow> shadows_;
   int theta_ = 0;
   uint64_t switches_ = 0;
+};
+
+// turn_duel's state: the turn history and two duels. The pool's duel
+// (its capacity) decides where a request's new blocks go; with tiers of
+// `lower_blocks` below the pool, a second duel for a cache of the pool
+// and the tiers together decides whether those of them that wait on
+// probation are worth a tier's write when evicted.
+class TurnDuel {
+ public:
+  // What one Acquire's new blocks get.
+  struct Admission {
+    bool admit = true;   // the recency list (true) or the probation stack
+    // Demoted to the tiers when evicted from probation (false: dropped).
+    bool demote = true;
+  };
+
+  // lower_blocks: the tiers' blocks below the pool in all; 0: none, or of
+  // unknown size (every victim is then demoted).
+  TurnDuel(uint64_t capacity_pages, uint64_t lower_blocks);
+
+  // One Acquire of a prompt whose full blocks have keys `keys`, `matched`
+  // of them cached: updates the history and the duels. An empty prompt
+  // is admitted and changes nothing.
+  Admission Admit(absl::Span<const BlockKey> keys, size_t matched);
+
+  int theta() const { return pool_.theta(); }
+  uint64_t switches() const { return pool_.switches(); }
+  // The tier duel's theta and changes; 0 without one.
+  int tier_theta() const { return tier_ ? tier_->theta() : 0; }
+  uint64_t tier_switches() const { return tier_ ? tier_->switches() : 0; }
+  uint64_t admitted() const { return admitted_; }
+  uint64_t probationed() const { return probationed_; }
+
+ private:
+  TurnHistory history_;
+  ThetaDuel pool_;
+  std::optional<ThetaDuel> tier_;
   uint64_t admitted_ = 0;
   uint64_t probationed_ = 0;
   std::vector<uint64_t> fps_;      // scratch

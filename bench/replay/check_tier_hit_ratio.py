@@ -19,9 +19,17 @@ The disk tier runs with the daemon's default settings (asynchronous
 demotion: blocks are hits while their writes are queued) unless --demote
 names drop or wait (write-through).
 
+With --eviction_policy=turn_duel radixkvd runs that policy, which keeps
+the victims on its probation stack from the tiers, and the simulation is
+bench/sim/policy_sim.py's turn_duel over the same tier, hashing on the
+replay's block keys (run with the project's venv: it needs NumPy and
+xxhash). Besides the hit ratio, the blocks the tiers were offered and the
+blocks the policy kept from them must equal the simulation's.
+
   bench/replay/check_tier_hit_ratio.py --build_dir=build/lead \
       [--capacity=3000] [--host=0] [--tier=30000] [--requests=0] \
-      [--tier_dir=/tmp] [--demote=default|drop|wait]
+      [--tier_dir=/tmp] [--demote=default|drop|wait] \
+      [--eviction_policy=lru|turn_duel] [--trace=PATH]
 """
 
 import argparse
@@ -50,14 +58,20 @@ def main(argv):
                    help="host tier blocks above the disk tier (0: none)")
     p.add_argument("--tier", type=int, default=30000,
                    help="disk tier blocks (0: none)")
+    p.add_argument("--trace", default=None,
+                   help="a trace in the Mooncake format (default: the "
+                        "build's conversation trace)")
     p.add_argument("--requests", type=int, default=0, help="0: the whole trace")
     p.add_argument("--tier_dir", default="/tmp")
     p.add_argument("--demote", choices=("default", "drop", "wait"),
                    default="default",
                    help="the disk tier's demote= (default: the daemon's own "
                         "default, no demote= key)")
+    p.add_argument("--eviction_policy", choices=("lru", "turn_duel"),
+                   default="lru")
     args = p.parse_args(argv)
-    trace = os.path.join(args.build_dir, "data", "conversation_trace.jsonl")
+    trace = args.trace or os.path.join(args.build_dir, "data",
+                                       "conversation_trace.jsonl")
     if args.requests:
         fd, cut = tempfile.mkstemp(suffix=".jsonl")
         with os.fdopen(fd, "w") as out, open(trace) as f:
@@ -84,6 +98,7 @@ def main(argv):
          "--pool=host,bytes=%d,page_bytes=%d" % (args.capacity * PAGE_BYTES,
                                                  PAGE_BYTES),
          "--tier=" + ";".join(tiers),
+         "--eviction_policy=" + args.eviction_policy,
          "--max_pinned_pages_per_session=%d" % args.capacity,
          "--max_prompt_tokens=1048576"],
         stdout=log, stderr=log)
@@ -109,28 +124,53 @@ def main(argv):
         camel = name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
         return int(t.get(camel, t.get(name, 0)))
 
-    slots = dropped = 0
-    for t in st.get("tiers", []):
+    slots = dropped = written = 0
+    tiers = st.get("tiers", [])
+    for t in tiers:
         slots += field(t, "capacity_blocks")
         dropped += field(t, "dropped_full") + field(t, "dropped_error")
+        written += field(t, "bytes_written")
         print("radixkvd tier %s: %d blocks, %d demoted, %d promoted, "
-              "%d forgotten or moved down, %d dropped (%d full, %d error)" % (
+              "%d forgotten or moved down, %d dropped (%d full, %d error), "
+              "%d bytes written" % (
                   t.get("kind"), field(t, "capacity_blocks"),
                   field(t, "demoted_blocks"), field(t, "promoted_blocks"),
                   field(t, "forgotten_blocks"),
                   field(t, "dropped_full") + field(t, "dropped_error"),
-                  field(t, "dropped_full"), field(t, "dropped_error")))
-    sim = tiered_sim.run(trace, args.capacity, slots)
-    print("radixkvd: matched %d, hit_ratio %.6f (tiers of %d blocks in all)" % (
-        got["matched_blocks"], got["hit_ratio"], slots))
-    print("simulation: matched %d, hit_ratio %.6f (%d promoted)" % (
-        sim["matched_blocks"], sim["hit_ratio"], sim["promoted_blocks"]))
+                  field(t, "dropped_full"), field(t, "dropped_error"),
+                  field(t, "bytes_written")))
+    # The top tier is offered what the pool demotes; the policy's drops
+    # are counted there.
+    offered = field(tiers[0], "demoted_blocks") if tiers else 0
+    declined = field(tiers[0], "dropped_policy") if tiers else 0
+    if args.eviction_policy == "lru":
+        sim = tiered_sim.run(trace, args.capacity, slots)
+        sim["demoted"], sim["declined"] = sim["evicted"], 0
+    else:
+        import policy_sim
+        from leaf_lru_sim import read_trace
+        sim = policy_sim.run_policy(
+            args.eviction_policy, list(read_trace(trace)), args.capacity,
+            policy_sim.BlockKeyer(PAGE_SIZE, tiny=True), slots)
+        sim["promoted_blocks"] = sim["promoted"]
+    print("radixkvd: matched %d, hit_ratio %.6f (tiers of %d blocks in all); "
+          "%d blocks offered to the tiers, %d kept from them by the policy, "
+          "%d bytes written to the tiers" % (
+              got["matched_blocks"], got["hit_ratio"], slots, offered,
+              declined, written))
+    print("simulation: matched %d, hit_ratio %.6f (%d promoted); %d offered, "
+          "%d kept from the tiers" % (
+              sim["matched_blocks"], sim["hit_ratio"], sim["promoted_blocks"],
+              sim["demoted"], sim["declined"]))
     shutil.rmtree(work, ignore_errors=True)
     if dropped:
         print("FAIL: the tier dropped blocks; the comparison is void")
         return 1
     if got["matched_blocks"] != sim["matched_blocks"]:
         print("FAIL: radixkvd and the simulation differ")
+        return 1
+    if (offered, declined) != (sim["demoted"], sim["declined"]):
+        print("FAIL: the blocks offered to or kept from the tiers differ")
         return 1
     print("OK: equal")
     return 0

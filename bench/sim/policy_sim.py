@@ -120,16 +120,23 @@ class BlockKeyer:
     key's fingerprint, hi ^ lo: its low 32 bits sample the shadows, its
     high 32 bits decide bimodal admission."""
 
-    def __init__(self, page_size=512, model="radixkv-replay"):
+    def __init__(self, page_size=512, tiny=False):
         sys.path.insert(0, os.path.join(REPO, "python"))
         import numpy
         from radixkv import keys
         self.np = numpy
         self.keys = keys
         self.page_size = page_size
-        spec = keys.NamespaceSpec(model=model, num_layers=32, num_kv_heads=8,
-                                  head_dim=128, page_size=page_size,
-                                  dtype="DTYPE_BFLOAT16")
+        if tiny:  # replay --tiny_layout: 1 layer, 1 KV head of 8
+            spec = keys.NamespaceSpec(model="radixkv-replay-tiny",
+                                      num_layers=1, num_kv_heads=1,
+                                      head_dim=8, page_size=page_size,
+                                      dtype="DTYPE_BFLOAT16")
+        else:
+            spec = keys.NamespaceSpec(model="radixkv-replay", num_layers=32,
+                                      num_kv_heads=8, head_dim=128,
+                                      page_size=page_size,
+                                      dtype="DTYPE_BFLOAT16")
         self.root = keys.namespace_root(spec.normalized())
 
     def key(self, parent_key, block_id):
@@ -184,8 +191,8 @@ class Policy:
     """The policy interface; the default hooks do nothing.
 
     Calls per request, in order: on_request (after the match; req.matched
-    nodes are pinned), admit, then victim/on_evict/on_leaf as pages are
-    needed, then on_insert for each new node (root side first), then
+    nodes are pinned), admit, then victim/demote/on_evict/on_leaf as pages
+    are needed, then on_insert for each new node (root side first), then
     on_commit with the whole path released.
     """
 
@@ -206,6 +213,10 @@ class Policy:
         """An evictable leaf (Tree.evictable), or None when there is none."""
         raise NotImplementedError
 
+    def demote(self, p):
+        """Whether victim p goes to a tier below the pool (if any)."""
+        return True
+
     def on_evict(self, p):
         pass
 
@@ -224,18 +235,30 @@ class Policy:
 
 
 class Sim:
-    """A tree of `capacity` pages run by one policy."""
+    """A tree of `capacity` pages run by one policy.
 
-    def __init__(self, policy, capacity, paths=None):
+    With a tier (put/take/forget/commit, as tiered_sim.LruTier) below the
+    pool, as radixkvd runs one: each victim the policy demotes goes to the
+    tier in eviction order (the others are dropped); after the evictions,
+    the request's next blocks the tier holds are promoted into their new
+    pages and count as matched; the tier forgets the other new blocks.
+    Promoted blocks are the request's new blocks to the policy.
+    """
+
+    def __init__(self, policy, capacity, paths=None, tier=None):
         self.paths = paths if paths is not None else Paths()
         self.tree = Tree(self.paths, capacity)
         self.policy = policy
         policy.bind(self.tree)
+        self.tier = tier
         self.now = 0
         self.blocks = 0
         self.matched = 0
         self.evicted = 0
         self.bypassed = 0
+        self.demoted = 0
+        self.declined = 0   # victims the policy kept from the tier
+        self.promoted = 0
 
     def request(self, hash_ids, timestamp=0, path=None):
         """Serves one request; returns its matched block count."""
@@ -273,6 +296,12 @@ class Sim:
                 if v is None:
                     break
                 assert tree.evictable(v), ("bad victim", pol.name, v)
+                if self.tier is not None:
+                    if pol.demote(v):
+                        self.tier.put(v)
+                        self.demoted += 1
+                    else:
+                        self.declined += 1
                 cached[v] = 0
                 q = parent[v]
                 children[q] -= 1
@@ -284,6 +313,15 @@ class Sim:
                 continue
             granted += 1
         req.granted = granted
+        promoted = 0
+        if self.tier is not None:
+            tier = self.tier
+            while promoted < granted and tier.take(path[matched + promoted]):
+                promoted += 1
+            for p in path[matched + promoted:matched + granted]:
+                tier.forget(p)
+            tier.commit(path[matched + promoted:matched + granted])
+            self.promoted += promoted
         for p in path[matched:matched + granted]:
             cached[p] = 1
             children[parent[p]] += 1
@@ -292,10 +330,10 @@ class Sim:
         tree.pinned = frozenset()
         pol.on_commit(req)
         self.blocks += len(path)
-        self.matched += matched
+        self.matched += matched + promoted
         if cap:
             assert tree.size <= cap
-        return matched
+        return matched + promoted
 
     def hit_ratio(self):
         return self.matched / self.blocks if self.blocks else 0.0
@@ -1203,6 +1241,15 @@ class TurnDuel(KeyedPolicy):
     Cost: O(1) per block for the history and each shadow, O(1) per
       eviction; 1 bit per block; about 10 x 512 x 24 bytes of shadows plus
       H x 16 bytes of history, whatever the pool's size.
+    Tiers of T blocks below the pool (tier > 0): a second set of K
+      shadows, sampled at the rate for a cache of C + T pages, duels the
+      same way on every request and picks theta_T. A request's new blocks
+      that go on probation are marked for the tier when the request is
+      admitted under theta_T. An evicted block goes to the tier unless it
+      is on probation and unmarked: a block the pool judged not worth its
+      room may still be worth the larger room of the pool and tier
+      together. Without tiers, or with tiers of unknown size, every
+      evicted block goes to the tier.
     theta = 0 is leaf-LRU exactly, and shadow 0 estimates leaf-LRU's hits
       on the same requests, so the cache leaves LRU only for a theta whose
       shadow has scored better.
@@ -1211,7 +1258,8 @@ class TurnDuel(KeyedPolicy):
     name = "turn_duel"
 
     def __init__(self, thetas=tuple(range(10)), history=2048,
-                 shadow_size=512, decay=1e-4, margin=0.02):
+                 shadow_size=512, decay=1e-4, margin=0.02, tier=0):
+        self.tier = tier
         self.thetas = thetas
         self.history_size = history
         self.shadow_size = shadow_size
@@ -1226,6 +1274,14 @@ class TurnDuel(KeyedPolicy):
                             shadow=ListShadow)
         self.turn = 0
         self.theta_requests = collections.Counter()
+        self.tier_duel = None
+        self.tier_keep = {}
+        self.tier_theta_requests = collections.Counter()
+        if self.tier and tree.capacity:
+            self.tier_duel = Dueling(self.paths, len(self.thetas),
+                                     tree.capacity + self.tier,
+                                     self.shadow_size, self.decay,
+                                     self.margin, shadow=ListShadow)
 
     def on_request(self, req):
         self.turn = self.history.turn_of(req.path, req.matched)
@@ -1234,26 +1290,51 @@ class TurnDuel(KeyedPolicy):
     def admitted(self, theta, last_hash):
         return bimodal_hash(last_hash, max(0, theta - TURN_STEP * self.turn))
 
-    def set_keys(self, req, path):
-        depth = self.paths.depth
-        now = req.now
-        last_hash = self.paths.admit_hash[req.path[-1]]
-        duel = self.duel
+    def play(self, duel, req, last_hash, counts):
+        """Serves the request to `duel`'s shadows, then returns whether the
+        request is admitted under the theta the duel picks."""
         sampled = duel.sampler.sampled(req.path)
         if sampled:
             for theta, s in zip(self.thetas, duel.shadows):
                 s.serve(sampled, self.admitted(theta, last_hash))
         duel.end_request()
         theta = self.thetas[duel.choice]
-        self.theta_requests[theta] += 1
-        mru = self.admitted(theta, last_hash)
+        counts[theta] += 1
+        return self.admitted(theta, last_hash)
+
+    def set_keys(self, req, path):
+        depth = self.paths.depth
+        now = req.now
+        last_hash = self.paths.admit_hash[req.path[-1]]
+        mru = self.play(self.duel, req, last_hash, self.theta_requests)
+        keep = True
+        if self.tier_duel is not None:
+            keep = self.play(self.tier_duel, req, last_hash,
+                             self.tier_theta_requests)
         for i, p in enumerate(path):
             if i < req.matched or mru:
                 self.key[p] = mru_key(now, depth[p])
             else:
                 self.key[p] = probation_key(now, depth[p])
+                self.tier_keep[p] = keep
+
+    def demote(self, p):
+        """A block on probation (a key below every mru_key: its request was
+        not admitted and no request has matched it since) is dropped, the
+        others go to the tier."""
+        return self.key[p] >= 0 or self.tier_keep.get(p, True)
+
+    def on_evict(self, p):
+        super().on_evict(p)
+        self.tier_keep.pop(p, None)
 
     def stats(self):
+        if self.tier_duel is not None:
+            return {"switches": self.duel.switches,
+                    "theta_requests": dict(sorted(self.theta_requests.items())),
+                    "tier_switches": self.tier_duel.switches,
+                    "tier_theta_requests": dict(sorted(
+                        self.tier_theta_requests.items()))}
         return {"switches": self.duel.switches,
                 "theta_requests": dict(sorted(self.theta_requests.items()))}
 
@@ -1286,14 +1367,24 @@ CAPACITIES = (1000, 3000, 9000)
 SHAPES = ("agent", "rag", "oneshot", "chat")
 
 
-def run_policy(name, requests, capacity, keyer=None):
+def run_policy(name, requests, capacity, keyer=None, tier=0,
+               demote_all=False):
     """Replays `requests` (lists of hash_ids) under POLICIES[name]; with a
-    BlockKeyer, hashing on radixkvd's block keys."""
+    BlockKeyer, hashing on radixkvd's block keys. tier > 0: a tier of that
+    many blocks below the pool (tiered_sim.LruTier), which receives the
+    victims the policy demotes, or every victim with demote_all."""
     paths = Paths(keyer)
-    sim = Sim(POLICIES[name](), capacity, paths)
+    policy = TurnDuel(tier=tier) if name == "turn_duel" else POLICIES[name]()
+    if demote_all:
+        policy.demote = lambda p: True
+    lower = None
+    if tier:
+        from tiered_sim import LruTier
+        lower = LruTier(tier)
+    sim = Sim(policy, capacity, paths, lower)
     for hash_ids in requests:
         sim.request(hash_ids)
-    return {
+    out = {
         "policy": name,
         "capacity": capacity,
         "requests": sim.now,
@@ -1303,6 +1394,10 @@ def run_policy(name, requests, capacity, keyer=None):
         "evicted": sim.evicted,
         "stats": sim.policy.stats(),
     }
+    if tier:
+        out.update({"tier": tier, "demoted": sim.demoted,
+                    "declined": sim.declined, "promoted": sim.promoted})
+    return out
 
 
 def load_workload(name, trace, seed):
@@ -1474,6 +1569,42 @@ def self_test(trace):
         sim = Sim(TurnDuel(thetas=(0,)), cap)
         assert sum(sim.request(r) for r in reqs) == lru
 
+    # With a tier below the pool, lru is tiered_sim's two-tier cache
+    # exactly and offers the tier every victim; turn_duel at theta = 0
+    # admits every request, so it too demotes every victim.
+    import tiered_sim
+    for _ in range(100):
+        reqs = [[rng.randrange(5) for _ in range(rng.randrange(1, 7))]
+                for _ in range(rng.randrange(1, 50))]
+        cap = rng.randrange(1, 8)
+        tier = rng.randrange(1, 12)
+        want = tiered_sim.TwoTierCache(cap, tier)
+        want = sum(want.request(r, t + 1) for t, r in enumerate(reqs))
+        got = run_policy("lru", reqs, cap, tier=tier)
+        assert got["matched_blocks"] == want, (reqs, cap, tier)
+        assert got["declined"] == 0 and got["demoted"] == got["evicted"]
+        sim = Sim(TurnDuel(thetas=(0,)), cap, tier=tiered_sim.LruTier(tier))
+        assert sum(sim.request(r) for r in reqs) == want
+        assert sim.declined == 0
+    # turn_duel drops only victims on probation, and only those its tier
+    # duel would not admit: with both duels forced to theta = 9, most of a
+    # one-shot stream's blocks wait on probation and never reach the tier;
+    # without the tier's size (tier=0) or with demote_all every victim does.
+    stream = [[b, b + 1000] for b in range(200)]
+    pol = TurnDuel(thetas=(9,), tier=50)
+    sim = Sim(pol, 20, tier=tiered_sim.LruTier(50))
+    for r in stream:
+        sim.request(r)
+    assert sim.evicted > 0 and sim.declined + sim.demoted == sim.evicted
+    assert sim.declined > sim.demoted, (sim.declined, sim.demoted)
+    for pol in (TurnDuel(thetas=(9,)), TurnDuel(thetas=(9,), tier=50)):
+        if pol.tier:
+            pol.demote = lambda p: True
+        sim = Sim(pol, 20, tier=tiered_sim.LruTier(50))
+        for r in stream:
+            sim.request(r)
+        assert sim.declined == 0 and sim.demoted == sim.evicted
+
     # TurnHistory: a request extending an earlier one's second-to-last
     # block is its next turn; a tail continues once.
     paths = Paths()
@@ -1526,6 +1657,14 @@ def main(argv):
                         "radixkvd for the trace at this page size, as the "
                         "tree does (needs NumPy and xxhash: run with the "
                         "project's venv)")
+    parser.add_argument("--tiny_layout", action="store_true",
+                        help="--block_keys: the keys of replay "
+                        "--tiny_layout's namespace")
+    parser.add_argument("--tier", type=int, default=0,
+                        help="blocks in a tier below the pool (0: none)")
+    parser.add_argument("--demote_all", action="store_true",
+                        help="--tier: every victim goes to the tier, "
+                        "whatever the policy says")
     args = parser.parse_args(argv)
     if args.self_test:
         self_test(args.trace)
@@ -1543,9 +1682,14 @@ def main(argv):
     if args.block_keys < 0 or args.block_keys > 65536:
         parser.error("--block_keys must be a page size in [1, 65536] (0: "
                      "off), got %d" % args.block_keys)
-    keyer = BlockKeyer(args.block_keys) if args.block_keys else None
+    if args.tier < 0:
+        parser.error("--tier must be >= 0, got %d" % args.tier)
+    if args.tier and not args.capacity:
+        parser.error("--tier needs a bounded pool (--capacity > 0)")
+    keyer = (BlockKeyer(args.block_keys, args.tiny_layout)
+             if args.block_keys else None)
     r = run_policy(args.policy, list(read_trace(args.trace)), args.capacity,
-                   keyer)
+                   keyer, args.tier, args.demote_all)
     if args.json:
         print(json.dumps(r, sort_keys=True))
     else:
@@ -1554,6 +1698,9 @@ def main(argv):
                   r["policy"], r["capacity"] or "unbounded", r["requests"],
                   r["blocks"], r["matched_blocks"], r["hit_ratio"],
                   r["evicted"], r["stats"] or ""))
+        if args.tier:
+            print("tier %d: demoted %d declined %d promoted %d" % (
+                r["tier"], r["demoted"], r["declined"], r["promoted"]))
     return 0
 
 

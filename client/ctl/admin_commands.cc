@@ -160,7 +160,13 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
       absl::StrAppend(&policy, " (theta ", st.eviction_theta(), ", ",
                       HumanCount(st.eviction_switches()), " changes; ",
                       PagesWithBytes(st.probation_pages(), pb),
-                      " on probation)");
+                      " on probation");
+      if (st.tiers_size() != 0) {
+        absl::StrAppend(&policy, "; tier theta ", st.eviction_tier_theta(),
+                        ", ", HumanCount(st.eviction_tier_switches()),
+                        " changes");
+      }
+      absl::StrAppend(&policy, ")");
     }
     kv.Add("eviction", policy);
   }
@@ -192,7 +198,8 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
                  HumanCount(t->demoted_blocks()), " written, ",
                  HumanCount(t->pending_blocks()), " staged, ",
                  HumanCount(t->promoted_blocks()), " promoted, ",
-                 HumanCount(t->dropped_full() + t->dropped_error()),
+                 HumanCount(t->dropped_full() + t->dropped_error() +
+                            t->dropped_policy()),
                  " dropped, ",
                  HumanCount(t->read_errors() + t->write_errors()),
                  " failed calls, ", HumanCount(t->checksum_failures()),
@@ -208,7 +215,8 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
         HumanCount(t->promoted_blocks()), " promoted, ",
         HumanCount(t->forgotten_blocks()),
         t->kind() == "host" ? " moved down or forgotten, " : " forgotten, ",
-        HumanCount(t->dropped_full() + t->dropped_error()), " dropped");
+        HumanCount(t->dropped_full() + t->dropped_error() +
+                            t->dropped_policy()), " dropped");
     if (t->kind() == "disk") {
       absl::StrAppend(&line, ", ", HumanCount(t->checksum_failures()),
                       " checksum failures");

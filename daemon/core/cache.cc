@@ -73,6 +73,9 @@ Cache::Cache(const CacheOptions& options)
                  .account_limits = options.account_limits,
                  .remembered_evictions = options.remembered_evictions,
                  .eviction_policy = options.eviction_policy,
+                 .lower_tier_blocks = options.tiers == nullptr
+                                          ? 0
+                                          : options.tiers->capacity_blocks(),
                  .events = &events_,
                  .attach_socket = options.attach_socket,
                  .on_pool_created =

@@ -75,6 +75,8 @@ void FillTreeStats(const TreeStats& ts, v1::Stats* s) {
   s->set_probation_pages(ts.probation_pages);
   s->set_eviction_theta(ts.eviction_theta);
   s->set_eviction_switches(ts.eviction_switches);
+  s->set_eviction_tier_theta(ts.eviction_tier_theta);
+  s->set_eviction_tier_switches(ts.eviction_tier_switches);
   s->set_admitted_requests(ts.admitted_requests);
   s->set_probation_requests(ts.probation_requests);
   s->set_pins(ts.pins);
@@ -132,6 +134,7 @@ void FillTierStats(const TierCoordinator& tiers, v1::Stats* s) {
   if (s->tiers_size() == 0) return;
   v1::TierStats* top = s->mutable_tiers(0);
   top->set_copy_errors(tiers.copy_errors());
+  top->set_dropped_policy(tiers.policy_dropped());
   *s->mutable_tier() = *top;
   s->set_hit_tokens(s->hit_tokens() + tiers.promoted_tokens());
 }

@@ -177,6 +177,7 @@ absl::StatusOr<NamespaceEntry> NamespaceRegistry::BindFirst(
   topts.max_page_size = options_.max_page_size;
   topts.remembered_evictions = options_.remembered_evictions;
   topts.eviction_policy = options_.eviction_policy;
+  topts.lower_tier_blocks = options_.lower_tier_blocks;
   topts.listener = options_.events;
   topts.fence_unended_leases =
       options_.fence && options_.pool.backend != gpu::Backend::kNone;

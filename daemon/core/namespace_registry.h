@@ -69,6 +69,9 @@ struct RegistryOptions {
   uint32_t remembered_evictions = 4096;
   // RadixTreeOptions::eviction_policy for the tree.
   EvictionPolicy eviction_policy = EvictionPolicy::kLru;
+  // RadixTreeOptions::lower_tier_blocks: the tiers' blocks below the pool
+  // (0: none, or of unknown size).
+  uint64_t lower_tier_blocks = 0;
   // Receives the tree's events and learns each namespace's root. Not
   // owned; may be null; must outlive the registry.
   EventLog* events = nullptr;

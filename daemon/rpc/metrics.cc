@@ -288,8 +288,9 @@ void AddTierFamilies(
   auto dropped = Family("radixkv_tier_dropped_blocks_total",
                         "Blocks a tier did not take (plain evictions), "
                         "blocks that failed their checksum or their read, "
-                        "failed page copies, and copies superseded when the "
-                        "pool cached the block again.",
+                        "failed page copies, copies superseded when the "
+                        "pool cached the block again, and evicted blocks the "
+                        "eviction policy kept from the tiers (reason policy).",
                         MetricType::Counter);
   auto available = Family("radixkv_tier_available",
                           "A shared tier's store: 1 when lookups reach it, 0 "
@@ -318,6 +319,7 @@ void AddTierFamilies(
     AddValue(&dropped, t.copy_errors(), {{"tier", kind}, {"reason", "copy_error"}});
     AddValue(&dropped, t.read_errors(), {{"tier", kind}, {"reason", "read_error"}});
     AddValue(&dropped, t.superseded_blocks(), {{"tier", kind}, {"reason", "superseded"}});
+    AddValue(&dropped, t.dropped_policy(), {{"tier", kind}, {"reason", "policy"}});
     if (kind == "remote") {
       AddValue(&dropped, t.write_errors(), {{"tier", kind}, {"reason", "store_error"}});
       AddValue(&available, t.unavailable() ? 0 : 1, {{"tier", kind}});
@@ -454,6 +456,13 @@ class Metrics::StateCollector : public prometheus::Collectable {
     counter("radixkv_eviction_theta_changes_total",
             "Times turn_duel changed its insertion strength.",
             s.eviction_switches());
+    gauge("radixkv_eviction_tier_theta",
+          "turn_duel with tiers: the strength that decides which probation "
+          "blocks are demoted when evicted (0: every one).",
+          s.eviction_tier_theta());
+    counter("radixkv_eviction_tier_theta_changes_total",
+            "Times turn_duel changed its tier strength.",
+            s.eviction_tier_switches());
     {
       auto f = Family("radixkv_eviction_admissions_total",
                       "Acquires by where the eviction policy put their new "

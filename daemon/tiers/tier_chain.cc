@@ -93,6 +93,15 @@ absl::Status TierChain::AttachPool(const gpu::PagePool* pool) {
   return absl::OkStatus();
 }
 
+uint64_t TierChain::capacity_blocks() const {
+  uint64_t total = 0;
+  for (const std::unique_ptr<Tier>& t : tiers_) {
+    if (t->capacity_blocks() == 0) return 0;
+    total += t->capacity_blocks();
+  }
+  return total;
+}
+
 void TierChain::Demote(absl::Span<const EvictedPage> evicted,
                        std::vector<TierMove>* moves) {
   if (evicted.empty()) return;

@@ -151,6 +151,9 @@ class TierChain {
 
   // The tiers, top first.
   size_t size() const { return tiers_.size(); }
+  // The blocks the chain holds in all; 0 when a tier sizes itself (a
+  // shared store) and the total is unknown.
+  uint64_t capacity_blocks() const;
   Tier& tier(size_t i) const { return *tiers_[i]; }
   // The first tier of `kind`, or null.
   Tier* Find(TierKind kind) const;

@@ -34,7 +34,14 @@ uint32_t TierCoordinator::AfterAcquire(RadixTree* t, NamespaceId ns,
     // Evicted blocks may be any namespace's: each keeps its own block size.
     NamespaceId size_of = ns;
     uint32_t block_size = page_size;
+    uint64_t declined = 0;
     for (const EvictedBlock& e : r->evicted) {
+      if (!e.demote) {
+        // The eviction policy judged it not worth a tier's write: a plain
+        // eviction.
+        ++declined;
+        continue;
+      }
       if (e.ns != size_of) {
         size_of = e.ns;
         block_size = t->page_size(e.ns);
@@ -46,7 +53,10 @@ uint32_t TierCoordinator::AfterAcquire(RadixTree* t, NamespaceId ns,
                          .page = e.page,
                          .ns = e.ns});
     }
-    chain_->Demote(evicted, &moves);
+    if (declined != 0) {
+      policy_dropped_.fetch_add(declined, std::memory_order_relaxed);
+    }
+    if (!evicted.empty()) chain_->Demote(evicted, &moves);
   }
   const size_t present =
       r->new_blocks == 0 ? 0

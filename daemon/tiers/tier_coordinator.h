@@ -103,6 +103,11 @@ class TierCoordinator {
   uint64_t promoted_tokens() const {
     return promoted_tokens_.load(std::memory_order_relaxed);
   }
+  // Evicted blocks the eviction policy declined to demote
+  // (EvictedBlock::demote false): no tier was offered them.
+  uint64_t policy_dropped() const {
+    return policy_dropped_.load(std::memory_order_relaxed);
+  }
 
  private:
   void Publish(absl::Span<const TierMove> moves, const BlockKey& root);
@@ -111,6 +116,7 @@ class TierCoordinator {
   TierEventListener* const events_;
   // The tokens promotions served (hits for the workers that asked).
   std::atomic<uint64_t> promoted_tokens_{0};
+  std::atomic<uint64_t> policy_dropped_{0};
 };
 
 }  // namespace radixkv::daemon

@@ -4,6 +4,7 @@
 #include "radix/eviction_policy.h"
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -100,20 +101,21 @@ TEST(ListShadow, ProbationBlocksGoFirstAndAHitSavesThem) {
 BlockKey KeyWithFingerprint(uint64_t fp) { return BlockKey{0, fp}; }
 
 TEST(TurnDuel, StartsAtLruAndAdmitsEverythingThere) {
-  TurnDuel d(/*capacity_pages=*/100);
+  TurnDuel d(/*capacity_pages=*/100, /*lower_blocks=*/0);
   std::vector<BlockKey> keys;
   for (uint64_t i = 1; i <= 4; ++i) keys.push_back(KeyWithFingerprint(i << 40));
-  EXPECT_TRUE(d.Admit(keys, 0));
+  EXPECT_TRUE(d.Admit(keys, 0).admit);
+  EXPECT_TRUE(d.Admit(keys, 0).demote);  // no tier duel: always
   EXPECT_EQ(d.theta(), 0);
-  EXPECT_TRUE(d.Admit({}, 0));
-  EXPECT_EQ(d.admitted(), 1u);
+  EXPECT_TRUE(d.Admit({}, 0).admit);
+  EXPECT_EQ(d.admitted(), 2u);
 }
 
-// A scan of one-shot prompts through a small cache, between which a few
-// prompts come back: LRU loses them to the scan, so turn_duel moves to a
-// theta that keeps the scan on probation, and then hits what returns.
-TEST(TurnDuel, LeavesLruWhenAShadowDoesBetter) {
-  TurnDuel d(/*capacity_pages=*/64);
+// The scan workload, as turn_duel sees it: `rounds` times, four hot
+// prompts of 8 blocks come back, then 8 one-shot prompts of 8 blocks
+// pass. Returns the requests whose new blocks would be dropped rather
+// than demoted.
+uint64_t PlayScans(TurnDuel& d, int rounds) {
   uint64_t next = 1;
   auto fresh = [&](int blocks) {
     std::vector<BlockKey> k;
@@ -127,41 +129,59 @@ TEST(TurnDuel, LeavesLruWhenAShadowDoesBetter) {
   };
   std::vector<std::vector<BlockKey>> hot;
   for (int i = 0; i < 4; ++i) hot.push_back(fresh(8));
-  for (int round = 0; round < 400; ++round) {
-    for (const auto& h : hot) d.Admit(h, 0);
-    for (int i = 0; i < 8; ++i) d.Admit(fresh(8), 0);
+  uint64_t undemoted = 0;
+  for (int round = 0; round < rounds; ++round) {
+    for (const auto& h : hot) undemoted += !d.Admit(h, 0).demote;
+    for (int i = 0; i < 8; ++i) undemoted += !d.Admit(fresh(8), 0).demote;
   }
+  return undemoted;
+}
+
+// A scan of one-shot prompts through a small cache, between which a few
+// prompts come back: LRU loses them to the scan, so turn_duel moves to a
+// theta that keeps the scan on probation, and then hits what returns.
+TEST(TurnDuel, LeavesLruWhenAShadowDoesBetter) {
+  TurnDuel d(/*capacity_pages=*/64, /*lower_blocks=*/0);
+  PlayScans(d, 400);
   EXPECT_GT(d.theta(), 0);
   EXPECT_GE(d.switches(), 1u);
   EXPECT_GT(d.probationed(), 0u);
 }
 
-// One request through the tree: Acquire `tokens`, commit every new block,
-// release. Returns the matched blocks.
-uint32_t Serve(RadixTree& tree, NamespaceId ns, uint32_t page_size,
-               const std::vector<uint32_t>& tokens) {
-  const std::vector<BlockKey> keys =
-      ComputeBlockKeys(tree.namespace_root(ns), page_size, tokens);
-  absl::StatusOr<AcquireResult> r =
-      tree.Acquire({.ns = ns, .keys = keys, .tokens = tokens, .allocate = true});
-  EXPECT_TRUE(r.ok()) << r.status();
-  if (!r.ok()) return 0;
-  if (r->lease != 0) {
-    EXPECT_TRUE(tree.Commit(r->lease, r->new_blocks, /*release=*/true).ok());
-  }
-  return r->matched_blocks;
+// The tier duel plays a cache of the pool and the tiers together: over a
+// tier that adds one block it sides with the pool's duel and keeps some of
+// the scan's probation blocks from the tier; over a tier that holds the
+// whole scan it demotes every one; without a tier every one is demoted.
+TEST(TurnDuel, TierDuelDecidesWhatProbationBlocksAreWorthDemoting) {
+  TurnDuel small(/*capacity_pages=*/64, /*lower_blocks=*/1);
+  EXPECT_GT(PlayScans(small, 400), 0u);
+  EXPECT_GT(small.tier_theta(), 0);
+  TurnDuel large(/*capacity_pages=*/64, /*lower_blocks=*/uint64_t{1} << 20);
+  EXPECT_EQ(PlayScans(large, 400), 0u);
+  EXPECT_EQ(large.tier_theta(), 0);
+  TurnDuel none(/*capacity_pages=*/64, /*lower_blocks=*/0);
+  EXPECT_EQ(PlayScans(none, 400), 0u);
+  EXPECT_EQ(none.tier_theta(), 0);
 }
 
 // The same workload under each policy: four hot prompts of 8 blocks come
 // back between scans of one-shot prompts that push them out of an LRU of
 // 64 pages. turn_duel keeps them on the recency list and lets the scan
 // churn the probation stack; the tree's invariants hold throughout.
-uint64_t HotHits(EvictionPolicy policy) {
+struct ScanRun {
+  uint64_t hot_hits = 0;  // matched blocks of the hot prompts
+  uint64_t offered = 0;   // evicted blocks with EvictedBlock::demote
+  uint64_t kept = 0;      // evicted blocks without it
+};
+
+ScanRun RunScans(EvictionPolicy policy, uint64_t lower_tier_blocks = 0) {
   constexpr uint32_t kPageSize = 4;
-  auto tree = RadixTree::Create(
-      {.capacity_pages = 64, .eviction_policy = policy});
+  ScanRun run;
+  auto tree = RadixTree::Create({.capacity_pages = 64,
+                                 .eviction_policy = policy,
+                                 .lower_tier_blocks = lower_tier_blocks});
   EXPECT_TRUE(tree.ok()) << tree.status();
-  if (!tree.ok()) return 0;
+  if (!tree.ok()) return run;
   const NamespaceSpec spec{.model = "m", .num_layers = 1, .num_kv_heads = 1,
                            .head_dim = 4, .page_size = kPageSize,
                            .dtype = DType::kFloat32};
@@ -172,24 +192,62 @@ uint64_t HotHits(EvictionPolicy policy) {
     for (uint32_t& x : t) x = next++;
     return t;
   };
+  // One request: Acquire, commit every new block, release. Returns the
+  // matched blocks.
+  auto serve = [&](const std::vector<uint32_t>& tokens) -> uint32_t {
+    const uint64_t probation_before = (*tree)->GetStats().probation_pages;
+    const std::vector<BlockKey> keys =
+        ComputeBlockKeys((*tree)->namespace_root(ns), kPageSize, tokens);
+    absl::StatusOr<AcquireResult> r = (*tree)->Acquire(
+        {.ns = ns, .keys = keys, .tokens = tokens, .allocate = true,
+         .report_evictions = true});
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return 0;
+    uint64_t kept_here = 0;
+    for (const EvictedBlock& e : r->evicted) kept_here += !e.demote;
+    run.offered += r->evicted.size() - kept_here;
+    run.kept += kept_here;
+    // Only probation blocks are ever kept from the tiers.
+    EXPECT_LE(kept_here, probation_before);
+    if (r->lease != 0) {
+      EXPECT_TRUE((*tree)->Commit(r->lease, r->new_blocks, true).ok());
+    }
+    return r->matched_blocks;
+  };
   std::vector<std::vector<uint32_t>> hot;
   for (int i = 0; i < 4; ++i) hot.push_back(prompt(8));
-  uint64_t hits = 0;
   for (int round = 0; round < 300; ++round) {
-    for (const auto& h : hot) hits += Serve(**tree, ns, kPageSize, h);
-    for (int i = 0; i < 8; ++i) Serve(**tree, ns, kPageSize, prompt(8));
+    for (const auto& h : hot) run.hot_hits += serve(h);
+    for (int i = 0; i < 8; ++i) serve(prompt(8));
     if (round % 50 == 0) {
       EXPECT_TRUE((*tree)->CheckInvariants().ok())
           << (*tree)->CheckInvariants();
     }
   }
   EXPECT_TRUE((*tree)->CheckInvariants().ok()) << (*tree)->CheckInvariants();
-  return hits;
+  return run;
+}
+
+TEST(TreePolicy, TheTierDuelDecidesWhichEvictedBlocksAreDemoted) {
+  // lru, and turn_duel without tiers or over tiers that hold the scan,
+  // offer every evicted block.
+  for (auto [policy, lower] :
+       {std::pair{EvictionPolicy::kLru, uint64_t{0}},
+        std::pair{EvictionPolicy::kLru, uint64_t{1}},
+        std::pair{EvictionPolicy::kTurnDuel, uint64_t{0}},
+        std::pair{EvictionPolicy::kTurnDuel, uint64_t{1} << 20}}) {
+    const ScanRun run = RunScans(policy, lower);
+    EXPECT_GT(run.offered, 0u) << EvictionPolicyName(policy) << " " << lower;
+    EXPECT_EQ(run.kept, 0u) << EvictionPolicyName(policy) << " " << lower;
+  }
+  // Over a tier of one block, the scan is not worth the tier's writes.
+  const ScanRun run = RunScans(EvictionPolicy::kTurnDuel, 1);
+  EXPECT_GT(run.kept, run.offered) << run.offered;
 }
 
 TEST(TreePolicy, TurnDuelKeepsAHotSetThroughScansThatLruLoses) {
-  const uint64_t lru = HotHits(EvictionPolicy::kLru);
-  const uint64_t duel = HotHits(EvictionPolicy::kTurnDuel);
+  const uint64_t lru = RunScans(EvictionPolicy::kLru).hot_hits;
+  const uint64_t duel = RunScans(EvictionPolicy::kTurnDuel).hot_hits;
   EXPECT_EQ(lru, 0u);  // reuse distance 96 blocks over 64 pages
   EXPECT_GT(duel, 300u * 32 / 2) << "lru " << lru;
 }
