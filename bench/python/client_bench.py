@@ -108,10 +108,8 @@ def run_stub(radixkv, sock, session_id, tokens, requests):
     return {"requests_per_second": round(requests / seconds, 1)}
 
 
-def time_hashing(radixkv, tokens, seconds):
-    root = radixkv.namespace_root(radixkv.NamespaceSpec(
-        model="radixkv-replay", num_layers=32, num_kv_heads=8, head_dim=128,
-        page_size=PAGE_SIZE, dtype="bf16"))
+def time_hashing(radixkv, spec, tokens, seconds):
+    root = radixkv.namespace_root(spec)
     n = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
@@ -170,8 +168,8 @@ def main():
         rounds = run_rounds(args, build, tmp, radixkv, spec, tokens, token_list)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    hashing = {"numpy_tokens_per_second": time_hashing(radixkv, tokens, args.hash_seconds),
-               "list_tokens_per_second": time_hashing(radixkv, token_list, args.hash_seconds)}
+    hashing = {"numpy_tokens_per_second": time_hashing(radixkv, spec, tokens, args.hash_seconds),
+               "list_tokens_per_second": time_hashing(radixkv, spec, token_list, args.hash_seconds)}
     result = {"prompt_tokens": BLOCKS * PAGE_SIZE, "page_size": PAGE_SIZE,
               "requests": args.requests, "rounds": rounds,
               "median_ratio": statistics.median(r["ratio"] for r in rounds),
