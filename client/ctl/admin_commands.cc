@@ -216,7 +216,8 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
         HumanCount(t->forgotten_blocks()),
         t->kind() == "host" ? " moved down or forgotten, " : " forgotten, ",
         HumanCount(t->dropped_full() + t->dropped_error() +
-                            t->dropped_policy()), " dropped");
+                   t->dropped_policy()),
+        " dropped");
     if (t->kind() == "disk") {
       absl::StrAppend(&line, ", ", HumanCount(t->checksum_failures()),
                       " checksum failures");
