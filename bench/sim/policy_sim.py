@@ -55,6 +55,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from leaf_lru_sim import DEFAULT_TRACE, LeafLruCache, read_trace  # noqa: E402
 import optimum_sim  # noqa: E402
+import tiered_sim  # noqa: E402
 
 
 # --------------------------------------------------------------------------
@@ -162,6 +163,9 @@ class Tree:
         self.children = [0]       # cached children per path id
         self.size = 0             # cached nodes (pages in use)
         self.pinned = frozenset()
+        # Blocks in the tier below the pool; 0: none, or of unknown size
+        # (as RadixTreeOptions::lower_tier_blocks).
+        self.lower_blocks = 0
 
     def grow(self):
         n = len(self.paths.parent) - len(self.children)
@@ -248,6 +252,8 @@ class Sim:
     def __init__(self, policy, capacity, paths=None, tier=None):
         self.paths = paths if paths is not None else Paths()
         self.tree = Tree(self.paths, capacity)
+        if tier is not None:
+            self.tree.lower_blocks = getattr(tier, "capacity", 0)
         self.policy = policy
         policy.bind(self.tree)
         self.tier = tier
@@ -315,12 +321,8 @@ class Sim:
         req.granted = granted
         promoted = 0
         if self.tier is not None:
-            tier = self.tier
-            while promoted < granted and tier.take(path[matched + promoted]):
-                promoted += 1
-            for p in path[matched + promoted:matched + granted]:
-                tier.forget(p)
-            tier.commit(path[matched + promoted:matched + granted])
+            promoted, _ = tiered_sim.serve_new_blocks(
+                self.tier, path[matched:matched + granted])
             self.promoted += promoted
         for p in path[matched:matched + granted]:
             cached[p] = 1
@@ -1258,8 +1260,7 @@ class TurnDuel(KeyedPolicy):
     name = "turn_duel"
 
     def __init__(self, thetas=tuple(range(10)), history=2048,
-                 shadow_size=512, decay=1e-4, margin=0.02, tier=0):
-        self.tier = tier
+                 shadow_size=512, decay=1e-4, margin=0.02):
         self.thetas = thetas
         self.history_size = history
         self.shadow_size = shadow_size
@@ -1277,9 +1278,9 @@ class TurnDuel(KeyedPolicy):
         self.tier_duel = None
         self.tier_keep = {}
         self.tier_theta_requests = collections.Counter()
-        if self.tier and tree.capacity:
+        if tree.lower_blocks and tree.capacity:
             self.tier_duel = Dueling(self.paths, len(self.thetas),
-                                     tree.capacity + self.tier,
+                                     tree.capacity + tree.lower_blocks,
                                      self.shadow_size, self.decay,
                                      self.margin, shadow=ListShadow)
 
@@ -1329,14 +1330,13 @@ class TurnDuel(KeyedPolicy):
         self.tier_keep.pop(p, None)
 
     def stats(self):
+        out = {"switches": self.duel.switches,
+               "theta_requests": dict(sorted(self.theta_requests.items()))}
         if self.tier_duel is not None:
-            return {"switches": self.duel.switches,
-                    "theta_requests": dict(sorted(self.theta_requests.items())),
-                    "tier_switches": self.tier_duel.switches,
-                    "tier_theta_requests": dict(sorted(
-                        self.tier_theta_requests.items()))}
-        return {"switches": self.duel.switches,
-                "theta_requests": dict(sorted(self.theta_requests.items()))}
+            out["tier_switches"] = self.tier_duel.switches
+            out["tier_theta_requests"] = dict(sorted(
+                self.tier_theta_requests.items()))
+        return out
 
 
 # Every policy of the comparison, by name, with the parameters used for
@@ -1374,13 +1374,10 @@ def run_policy(name, requests, capacity, keyer=None, tier=0,
     many blocks below the pool (tiered_sim.LruTier), which receives the
     victims the policy demotes, or every victim with demote_all."""
     paths = Paths(keyer)
-    policy = TurnDuel(tier=tier) if name == "turn_duel" else POLICIES[name]()
+    policy = POLICIES[name]()
     if demote_all:
         policy.demote = lambda p: True
-    lower = None
-    if tier:
-        from tiered_sim import LruTier
-        lower = LruTier(tier)
+    lower = tiered_sim.LruTier(tier) if tier else None
     sim = Sim(policy, capacity, paths, lower)
     for hash_ids in requests:
         sim.request(hash_ids)
@@ -1572,7 +1569,6 @@ def self_test(trace):
     # With a tier below the pool, lru is tiered_sim's two-tier cache
     # exactly and offers the tier every victim; turn_duel at theta = 0
     # admits every request, so it too demotes every victim.
-    import tiered_sim
     for _ in range(100):
         reqs = [[rng.randrange(5) for _ in range(rng.randrange(1, 7))]
                 for _ in range(rng.randrange(1, 50))]
@@ -1589,18 +1585,19 @@ def self_test(trace):
     # turn_duel drops only victims on probation, and only those its tier
     # duel would not admit: with both duels forced to theta = 9, most of a
     # one-shot stream's blocks wait on probation and never reach the tier;
-    # without the tier's size (tier=0) or with demote_all every victim does.
+    # over a tier of unknown size (a SharedStore has no capacity) or with
+    # demote_all every victim does.
     stream = [[b, b + 1000] for b in range(200)]
-    pol = TurnDuel(thetas=(9,), tier=50)
-    sim = Sim(pol, 20, tier=tiered_sim.LruTier(50))
+    sim = Sim(TurnDuel(thetas=(9,)), 20, tier=tiered_sim.LruTier(50))
     for r in stream:
         sim.request(r)
     assert sim.evicted > 0 and sim.declined + sim.demoted == sim.evicted
     assert sim.declined > sim.demoted, (sim.declined, sim.demoted)
-    for pol in (TurnDuel(thetas=(9,)), TurnDuel(thetas=(9,), tier=50)):
-        if pol.tier:
-            pol.demote = lambda p: True
-        sim = Sim(pol, 20, tier=tiered_sim.LruTier(50))
+    everything = TurnDuel(thetas=(9,))
+    everything.demote = lambda p: True
+    for pol, lower in ((TurnDuel(thetas=(9,)), tiered_sim.SharedStore()),
+                       (everything, tiered_sim.LruTier(50))):
+        sim = Sim(pol, 20, tier=lower)
         for r in stream:
             sim.request(r)
         assert sim.declined == 0 and sim.demoted == sim.evicted

@@ -72,6 +72,21 @@ class LruTier(collections.OrderedDict):
         pass
 
 
+def serve_new_blocks(tier, new_pids):
+    """A request's new blocks (pool pages already granted, in prompt
+    order) against the tier: the leading ones it holds are promoted; it
+    forgets the others, which the pool caches anew, and commit sees them.
+    Returns (promoted, superseded): how many were promoted, and how many of
+    the others the tier had to forget."""
+    promoted = 0
+    while promoted < len(new_pids) and tier.take(new_pids[promoted]):
+        promoted += 1
+    rest = new_pids[promoted:]
+    superseded = sum(1 for pid in rest if tier.forget(pid))
+    tier.commit(rest)
+    return promoted, superseded
+
+
 class SharedStore(set):
     """A tier every node shares (radixkvd's remote tier), unbounded: it
     keeps what it is given; a promotion copies and leaves the block, and a
@@ -174,14 +189,10 @@ class TwoTierCache:
                     break
                 continue
             granted += 1
-        promoted = 0
-        while promoted < granted and self.tier.take(pids[matched + promoted]):
-            promoted += 1
+        promoted, superseded = serve_new_blocks(
+            self.tier, pids[matched:matched + granted])
         self.promoted += promoted
-        for pid in pids[matched + promoted:matched + granted]:
-            if self.tier.forget(pid):
-                self.superseded += 1
-        self.tier.commit(pids[matched + promoted:matched + granted])
+        self.superseded += superseded
         parent = pids[matched - 1] if matched else 0
         for pid in pids[matched:matched + granted]:
             self.pool[pid] = [parent, now, 0]
