@@ -1243,7 +1243,7 @@ class TurnDuel(KeyedPolicy):
     Cost: O(1) per block for the history and each shadow, O(1) per
       eviction; 1 bit per block; about 10 x 512 x 24 bytes of shadows plus
       H x 16 bytes of history, whatever the pool's size.
-    Tiers of T blocks below the pool (tier > 0): a second set of K
+    Tiers of T blocks below the pool (Tree.lower_blocks): a second set of K
       shadows, sampled at the rate for a cache of C + T pages, duels the
       same way on every request and picks theta_T. A request's new blocks
       that go on probation are marked for the tier when the request is
