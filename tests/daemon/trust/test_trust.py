@@ -117,16 +117,16 @@ def run_as(uid, script, *args, timeout=30):
                 return e.code().name
     """)
 
-    # Another uid through subprocess's own user/group arguments, never a
-    # preexec_fn: Python code run between fork and exec restarts this
-    # process's gRPC poller thread in the child, which can abort it
-    # before exec.
-    drop = {}
+    # Another uid through setpriv(1), so that this process only ever
+    # vfork()s and execs. subprocess's own user/group arguments make it
+    # fork() instead, and a fork of a process with live gRPC threads runs
+    # their atfork handlers in a child that can crash before exec.
+    argv = [sys.executable, "-c", prologue + textwrap.dedent(script), *args]
     if uid != os.geteuid():
-        drop = {"user": uid, "group": uid, "extra_groups": []}
-    out = subprocess.run([sys.executable, "-c", prologue + textwrap.dedent(script),
-                          *args], capture_output=True, text=True,
-                         timeout=timeout, env=dict(os.environ), **drop)
+        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                *argv]
+    out = subprocess.run(argv, capture_output=True, text=True,
+                         timeout=timeout, env=dict(os.environ))
     assert out.returncode == 0, out.stderr
     return out.stdout
 
