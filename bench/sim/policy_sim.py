@@ -25,7 +25,8 @@ Policies (a Policy subclass each; POLICIES lists them by name) decide the
 victim and admission and keep whatever state they need. The simulator, not
 the policy, enforces the tree's rules: a victim that is pinned, not cached or
 not a leaf fails an assertion. The policies are online: they see requests
-only as they arrive.
+only as they arrive, except continued_oracle, a bound rather than a policy
+(see its docstring).
 
 Standard library only. Run with /usr/bin/python3; --block_keys (hash on
 the block keys radixkvd sees, so that turn_duel's figures equal the tree's
@@ -1339,6 +1340,42 @@ class TurnDuel(KeyedPolicy):
         return out
 
 
+class ContinuedOracle(KeyedPolicy):
+    """Not an online policy: the bound a perfect continuation predictor
+    reaches in leaf-LRU order. It knows which requests a later request
+    continues (holds the request's tail, as TurnHistory defines it, with
+    unbounded memory); their new blocks become most recently used, the
+    others go in at the LRU end, as turn_duel's unadmitted ones do.
+    """
+
+    name = "continued_oracle"
+    continued = None
+
+    def see_future(self, paths):
+        """paths: every request's path ids, in the order served."""
+        latest = {}  # tail -> index of the latest request leaving it
+        self.continued = [False] * len(paths)
+        for j, path in enumerate(paths):
+            for p in reversed(path):
+                i = latest.pop(p, None)
+                if i is not None:
+                    self.continued[i] = True
+                    break
+            if path:
+                latest[path[-2] if len(path) > 1 else path[-1]] = j
+
+    def set_keys(self, req, path):
+        depth = self.paths.depth
+        now = req.now
+        assert self.continued is not None, "run_policy calls see_future()"
+        mru = self.continued[now - 1]
+        for i, p in enumerate(path):
+            if i < req.matched or mru:
+                self.key[p] = mru_key(now, depth[p])
+            else:
+                self.key[p] = probation_key(now, depth[p])
+
+
 # Every policy of the comparison, by name, with the parameters used for
 # every workload and capacity.
 POLICIES = collections.OrderedDict([
@@ -1356,6 +1393,7 @@ POLICIES = collections.OrderedDict([
     ("reuse_pred", ReusePredictor),
     ("turn_bip", lambda: TurnBip(5)),
     ("turn_duel", TurnDuel),
+    ("continued_oracle", ContinuedOracle),
 ])
 
 
@@ -1378,6 +1416,8 @@ def run_policy(name, requests, capacity, keyer=None, tier=0,
     if demote_all:
         policy.demote = lambda p: True
     lower = tiered_sim.LruTier(tier) if tier else None
+    if hasattr(policy, "see_future"):
+        policy.see_future([paths.path_of(h) for h in requests])
     sim = Sim(policy, capacity, paths, lower)
     for hash_ids in requests:
         sim.request(hash_ids)
@@ -1628,6 +1668,14 @@ def self_test(trace):
     assert run_policy("lru", scan, 20)["matched_blocks"] == 0
     assert run_policy("bip", scan, 20)["matched_blocks"] > 0
     assert run_policy("turn_duel", scan, 20)["matched_blocks"] > 0
+
+    # continued_oracle keeps the request that a later one continues: A is
+    # continued by the last request, B and C are not; C's pages come from
+    # A under LRU (the oldest), from B under the oracle.
+    reqs = [[1, 2, 3], [5, 6, 7], [8, 9], [1, 2, 3, 4]]
+    for name, want in (("lru", 1), ("continued_oracle", 3)):
+        got = run_policy(name, reqs, 6)["matched_blocks"]
+        assert got == want, (name, got)
 
 
 def main(argv):
