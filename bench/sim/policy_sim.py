@@ -450,6 +450,18 @@ class KeyedPolicy(Policy):
     def set_keys(self, req, path):
         raise NotImplementedError
 
+    def insert_keys(self, req, path, mru):
+        """Bimodal insertion of a released path: its matched blocks, and
+        its new ones when `mru`, become most recently used; the other new
+        blocks go in at the LRU end (probation_key)."""
+        depth = self.paths.depth
+        now = req.now
+        for i, p in enumerate(path):
+            if i < req.matched or mru:
+                self.key[p] = mru_key(now, depth[p])
+            else:
+                self.key[p] = probation_key(now, depth[p])
+
 
 class Lru(KeyedPolicy):
     """radixkv today: the least recently used unpinned leaf goes (ties: the
@@ -502,14 +514,8 @@ class Bip(KeyedPolicy):
         self.shift = shift
 
     def set_keys(self, req, path):
-        depth = self.paths.depth
-        now = req.now
         mru = bimodal(req.path[-1], self.shift)
-        for i, p in enumerate(path):
-            if i < req.matched or mru:
-                self.key[p] = mru_key(now, depth[p])
-            else:
-                self.key[p] = probation_key(now, depth[p])
+        self.insert_keys(req, path, mru)
 
 
 class Sampler:
@@ -693,8 +699,6 @@ class Dip(KeyedPolicy):
         self.duel = Dueling(self.paths, 2, tree.capacity, shadow=ListShadow)
 
     def set_keys(self, req, path):
-        depth = self.paths.depth
-        now = req.now
         mru_tail = bimodal(req.path[-1], self.shift)
         duel = self.duel
         sampled = duel.sampler.sampled(req.path)
@@ -703,11 +707,7 @@ class Dip(KeyedPolicy):
             duel.shadows[1].serve(sampled, mru_tail)
         duel.end_request()
         mru = duel.choice == 0 or mru_tail
-        for i, p in enumerate(path):
-            if i < req.matched or mru:
-                self.key[p] = mru_key(now, depth[p])
-            else:
-                self.key[p] = probation_key(now, depth[p])
+        self.insert_keys(req, path, mru)
 
     def stats(self):
         return {"switches": self.duel.switches}
@@ -1094,8 +1094,13 @@ class TurnHistory:
                 return min(3, e[0] + 1)
         return 0
 
+    @staticmethod
+    def tail(path):
+        """A request's tail: its second-to-last block (one-block: its only)."""
+        return path[-2] if len(path) > 1 else path[-1]
+
     def record(self, path, t):
-        tail = path[-2] if len(path) > 1 else path[-1]
+        tail = self.tail(path)
         self.serial += 1
         self.turn[tail] = (t, self.serial)
         self.ring.append((tail, self.serial))
@@ -1182,15 +1187,9 @@ class TurnBip(KeyedPolicy):
         self.history.record(req.path, self.turn)
 
     def set_keys(self, req, path):
-        depth = self.paths.depth
-        now = req.now
         mru = bimodal(req.path[-1],
                       max(0, self.theta - TURN_STEP * self.turn))
-        for i, p in enumerate(path):
-            if i < req.matched or mru:
-                self.key[p] = mru_key(now, depth[p])
-            else:
-                self.key[p] = probation_key(now, depth[p])
+        self.insert_keys(req, path, mru)
 
 
 TURN_STEP = 2
@@ -1305,19 +1304,16 @@ class TurnDuel(KeyedPolicy):
         return self.admitted(theta, last_hash)
 
     def set_keys(self, req, path):
-        depth = self.paths.depth
-        now = req.now
         last_hash = self.paths.admit_hash[req.path[-1]]
         mru = self.play(self.duel, req, last_hash, self.theta_requests)
         keep = True
         if self.tier_duel is not None:
             keep = self.play(self.tier_duel, req, last_hash,
                              self.tier_theta_requests)
-        for i, p in enumerate(path):
-            if i < req.matched or mru:
-                self.key[p] = mru_key(now, depth[p])
-            else:
-                self.key[p] = probation_key(now, depth[p])
+        self.insert_keys(req, path, mru)
+        if not mru:
+            for p in path[req.matched:]:
+                self.tier_keep[p] = keep
                 self.tier_keep[p] = keep
 
     def demote(self, p):
@@ -1362,18 +1358,12 @@ class ContinuedOracle(KeyedPolicy):
                     self.continued[i] = True
                     break
             if path:
-                latest[path[-2] if len(path) > 1 else path[-1]] = j
+                latest[TurnHistory.tail(path)] = j
 
     def set_keys(self, req, path):
-        depth = self.paths.depth
-        now = req.now
         assert self.continued is not None, "run_policy calls see_future()"
-        mru = self.continued[now - 1]
-        for i, p in enumerate(path):
-            if i < req.matched or mru:
-                self.key[p] = mru_key(now, depth[p])
-            else:
-                self.key[p] = probation_key(now, depth[p])
+        mru = self.continued[req.now - 1]
+        self.insert_keys(req, path, mru)
 
 
 # Every policy of the comparison, by name, with the parameters used for
