@@ -124,6 +124,13 @@ std::string PagesWithBytes(uint64_t pages, uint64_t page_bytes) {
   return absl::StrCat(s, " (", HumanBytes(pages * page_bytes), ")");
 }
 
+// Evicted blocks that became plain evictions instead of reaching the tier:
+// its staging was full, its write failed, or the eviction policy kept
+// them from it.
+uint64_t DroppedBlocks(const v1::TierStats& t) {
+  return t.dropped_full() + t.dropped_error() + t.dropped_policy();
+}
+
 void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
   const v1::Stats& st = resp.stats();
   const uint64_t pb = st.pool().page_bytes();
@@ -198,9 +205,7 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
                  HumanCount(t->demoted_blocks()), " written, ",
                  HumanCount(t->pending_blocks()), " staged, ",
                  HumanCount(t->promoted_blocks()), " promoted, ",
-                 HumanCount(t->dropped_full() + t->dropped_error() +
-                            t->dropped_policy()),
-                 " dropped, ",
+                 HumanCount(DroppedBlocks(*t)), " dropped, ",
                  HumanCount(t->read_errors() + t->write_errors()),
                  " failed calls, ", HumanCount(t->checksum_failures()),
                  " checksum failures, ", HumanCount(t->breaker_trips()),
@@ -215,9 +220,7 @@ void PrintStats(const v1::GetStatsResponse& resp, std::ostream& out) {
         HumanCount(t->promoted_blocks()), " promoted, ",
         HumanCount(t->forgotten_blocks()),
         t->kind() == "host" ? " moved down or forgotten, " : " forgotten, ",
-        HumanCount(t->dropped_full() + t->dropped_error() +
-                   t->dropped_policy()),
-        " dropped");
+        HumanCount(DroppedBlocks(*t)), " dropped");
     if (t->kind() == "disk") {
       absl::StrAppend(&line, ", ", HumanCount(t->checksum_failures()),
                       " checksum failures");
