@@ -127,16 +127,16 @@ def main(argv):
     slots = dropped = written = 0
     tiers = st.get("tiers", [])
     for t in tiers:
+        lost = field(t, "dropped_full") + field(t, "dropped_error")
         slots += field(t, "capacity_blocks")
-        dropped += field(t, "dropped_full") + field(t, "dropped_error")
+        dropped += lost
         written += field(t, "bytes_written")
         print("radixkvd tier %s: %d blocks, %d demoted, %d promoted, "
               "%d forgotten or moved down, %d dropped (%d full, %d error), "
               "%d bytes written" % (
                   t.get("kind"), field(t, "capacity_blocks"),
                   field(t, "demoted_blocks"), field(t, "promoted_blocks"),
-                  field(t, "forgotten_blocks"),
-                  field(t, "dropped_full") + field(t, "dropped_error"),
+                  field(t, "forgotten_blocks"), lost,
                   field(t, "dropped_full"), field(t, "dropped_error"),
                   field(t, "bytes_written")))
     # The top tier is offered what the pool demotes; the policy's drops
